@@ -1,0 +1,34 @@
+"""Durable Raft log storage: segment files, an LMDB index, a batched disk queue.
+
+Public surface:
+    LogStore        synchronous log on disk (open, append, read, truncate, recover)
+    DiskQueue       asyncio front: one writer thread, group commit, in-memory tail
+    StorageOptions  typed configuration with documented defaults
+    verify_data_dir read-only integrity check of a data directory
+"""
+
+from raftlog.storage.disk_queue import DiskQueue
+from raftlog.storage.errors import (
+    CorruptLogError,
+    DataDirLockedError,
+    LogRangeError,
+    StorageClosedError,
+    StorageError,
+)
+from raftlog.storage.log_store import LogStore, StoreStats
+from raftlog.storage.options import StorageOptions
+from raftlog.storage.verify import VerifyReport, verify_data_dir
+
+__all__ = [
+    "CorruptLogError",
+    "DataDirLockedError",
+    "DiskQueue",
+    "LogRangeError",
+    "LogStore",
+    "StorageClosedError",
+    "StorageError",
+    "StorageOptions",
+    "StoreStats",
+    "VerifyReport",
+    "verify_data_dir",
+]

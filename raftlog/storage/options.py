@@ -1,0 +1,82 @@
+"""Storage configuration: typed, validated once, every default documented."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+@dataclass(frozen=True, slots=True)
+class StorageOptions:
+    segment_bytes: int = 64 * MiB
+    """A segment file is sealed and a new one started once it would exceed this.
+    An entry larger than this gets a segment of its own."""
+
+    max_entry_bytes: int = 64 * MiB
+    """Largest payload accepted by append; also the sanity bound recovery uses
+    to tell a damaged length field from a real frame."""
+
+    index_checkpoint_bytes: int = 8 * MiB
+    """Entry locations are written to LMDB once this many bytes were appended
+    since the last checkpoint (and at every segment roll). Bounds the tail that
+    a restart must scan, so restart time does not grow with the log."""
+
+    index_checkpoint_entries: int = 32768
+    """As index_checkpoint_bytes, counted in entries (bounds the scan for small entries)."""
+
+    write_caching: bool = False
+    """Relaxed durability, OFF by default (like Redpanda's write caching): an
+    append completes after write(2), before fdatasync. A power cut can then
+    lose acknowledged entries; a process crash cannot. Syncs still happen every
+    write_cache_max_bytes or write_cache_max_ms."""
+
+    write_cache_max_bytes: int = 32 * MiB
+    """With write_caching: sync once this many bytes are unsynced."""
+
+    write_cache_max_ms: int = 100
+    """With write_caching: sync at the latest this long after the first unsynced write."""
+
+    queue_max_batch_entries: int = 8192
+    """The disk queue writes at most this many entries per write+fsync."""
+
+    queue_max_batch_bytes: int = 16 * MiB
+    """The disk queue writes at most this many payload bytes per write+fsync
+    (one larger entry is still written alone)."""
+
+    queue_max_pending_bytes: int = 256 * MiB
+    """Back-pressure: DiskQueue.wait_for_space() waits while more than this many
+    payload bytes are submitted but not yet durable."""
+
+    lmdb_map_bytes: int = 64 * GiB
+    """Virtual size reserved for the LMDB index (sparse; about 60 bytes per entry)."""
+
+    def __post_init__(self) -> None:
+        positive = (
+            "segment_bytes",
+            "max_entry_bytes",
+            "index_checkpoint_bytes",
+            "index_checkpoint_entries",
+            "write_cache_max_bytes",
+            "write_cache_max_ms",
+            "queue_max_batch_entries",
+            "queue_max_batch_bytes",
+            "queue_max_pending_bytes",
+            "lmdb_map_bytes",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"StorageOptions.{name} must be a positive integer, got {value!r}")
+        if self.segment_bytes < 4 * KiB:
+            raise ValueError(
+                f"StorageOptions.segment_bytes must be >= 4096, got {self.segment_bytes}"
+            )
+        if self.max_entry_bytes >= 2**32:
+            raise ValueError("StorageOptions.max_entry_bytes must fit in 32 bits")
+        if self.queue_max_pending_bytes < self.queue_max_batch_bytes:
+            raise ValueError(
+                "StorageOptions.queue_max_pending_bytes must be >= queue_max_batch_bytes"
+            )

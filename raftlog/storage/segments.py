@@ -1,0 +1,329 @@
+"""Append-only segment files and the entry frame format.
+
+A segment file is named after the index of its first entry
+(`00000000000000000001.seg`) and holds a file header followed by frames:
+
+    file header (16 bytes): magic b"RSLOGSEG", version u32, reserved u32
+    frame:
+      0   u32  payload length
+      4   u32  CRC-32C of bytes [0,4) ++ [8, 25) ++ payload
+      8   u64  term
+      16  u64  index
+      24  u8   entry type
+      25  ...  payload
+
+All integers are little-endian. The CRC covers the length, so a frame whose
+length field was damaged fails its check instead of pointing into garbage.
+
+Invariants a segment keeps:
+- frames are contiguous, indexes are dense and start at the file's name;
+- terms never decrease along the file;
+- bytes are only ever added at the end, or cut off the end (truncate_suffix);
+  a frame is never rewritten in place.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import crc32c
+
+from raftlog.entry import EntryType, LogEntry
+from raftlog.storage.errors import CorruptLogError
+
+FILE_MAGIC = b"RSLOGSEG"
+FILE_VERSION = 1
+FILE_HEADER = struct.Struct("<8sII")
+FILE_HEADER_SIZE = FILE_HEADER.size  # 16
+
+FRAME_HEADER = struct.Struct("<IIQQB")
+FRAME_HEADER_SIZE = FRAME_HEADER.size  # 25
+_CRC_FIELDS = struct.Struct(
+    "<IQQB"
+)  # length, term, index, type: what the CRC covers besides payload
+
+SEGMENT_SUFFIX = ".seg"
+_VALID_TYPES = frozenset(int(t) for t in EntryType)
+
+# IOV_MAX on Linux; pwritev refuses more buffers than this in one call.
+_IOV_MAX = 1024
+
+
+def segment_name(first_index: int) -> str:
+    return f"{first_index:020d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """First index encoded in a segment file name, None if it is not one."""
+    if not name.endswith(SEGMENT_SUFFIX):
+        return None
+    stem = name[: -len(SEGMENT_SUFFIX)]
+    if len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+def frame_crc(length: int, term: int, index: int, etype: int, payload: bytes | memoryview) -> int:
+    return crc32c.crc32c(payload, crc32c.crc32c(_CRC_FIELDS.pack(length, term, index, etype)))
+
+
+def encode_frame_header(entry: LogEntry) -> bytes:
+    """The 25 header bytes of entry's frame (the payload follows unchanged)."""
+    data = entry.data
+    n = len(data)
+    crc = frame_crc(n, entry.term, entry.index, entry.type, data)
+    return FRAME_HEADER.pack(n, crc, entry.term, entry.index, entry.type)
+
+
+class FrameInfo(NamedTuple):
+    """Where one frame lies: what the LMDB index stores per entry."""
+
+    index: int
+    term: int
+    position: int  # byte offset of the frame header in its segment file
+    length: int  # whole frame: header + payload
+
+
+class ScanStop(NamedTuple):
+    """Why a scan of a segment stopped before the end of the file (None if it didn't)."""
+
+    position: int
+    reason: str
+
+
+def decode_frame(
+    buf: bytes | memoryview, offset: int, path: str, file_pos: int, expect_index: int | None = None
+) -> tuple[LogEntry, int]:
+    """Decode the frame starting at buf[offset]; returns (entry, frame length).
+
+    Used for reads of indexed entries, where any defect is corruption
+    (CorruptLogError naming path and file_pos), never a torn tail.
+    """
+    if len(buf) - offset < FRAME_HEADER_SIZE:
+        raise CorruptLogError(path, file_pos, "frame header is cut short")
+    n, crc, term, index, etype = FRAME_HEADER.unpack_from(buf, offset)
+    end = offset + FRAME_HEADER_SIZE + n
+    if end > len(buf):
+        raise CorruptLogError(path, file_pos, f"frame payload of {n} bytes is cut short")
+    payload = bytes(buf[offset + FRAME_HEADER_SIZE : end])
+    if frame_crc(n, term, index, etype, payload) != crc:
+        raise CorruptLogError(path, file_pos, f"CRC-32C mismatch in the frame of entry {index}")
+    if expect_index is not None and index != expect_index:
+        raise CorruptLogError(path, file_pos, f"frame holds entry {index}, expected {expect_index}")
+    if etype not in _VALID_TYPES:
+        raise CorruptLogError(path, file_pos, f"unknown entry type {etype}")
+    return LogEntry(index, term, EntryType(etype), payload), FRAME_HEADER_SIZE + n
+
+
+class Segment:
+    """One segment file. Not thread-safe by itself: LogStore serialises writers.
+
+    `end` is the byte length of the valid content (frames written by this
+    process or accepted by recovery); `last_index` is first_index - 1 while empty.
+    """
+
+    def __init__(self, directory: str, first_index: int) -> None:
+        self.first_index = first_index
+        self.path = os.path.join(directory, segment_name(first_index))
+        self.last_index = first_index - 1
+        self.last_term = 0
+        self.end = FILE_HEADER_SIZE
+        self._read_fd: int | None = None
+        self._write_fd: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: str, first_index: int) -> Segment:
+        """Create a new empty segment file; durable (file and directory synced)."""
+        seg = cls(directory, first_index)
+        fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, 0))
+            os.fdatasync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        seg._write_fd = fd
+        fsync_dir(directory)
+        return seg
+
+    def open_for_append(self) -> None:
+        if self._write_fd is None:
+            self._write_fd = os.open(self.path, os.O_RDWR)
+
+    def close(self) -> None:
+        for fd in (self._read_fd, self._write_fd):
+            if fd is not None:
+                os.close(fd)
+        self._read_fd = self._write_fd = None
+
+    def seal(self) -> None:
+        """No more appends: drop the write descriptor (data is already synced)."""
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None
+
+    def file_size(self) -> int:
+        return os.stat(self.path).st_size
+
+    # -- writing -----------------------------------------------------------
+
+    def write(self, buffers: list[bytes], nbytes: int) -> int:
+        """Write buffers at `end`; returns the position they start at. Not synced."""
+        assert self._write_fd is not None, "segment is sealed"
+        pos = self.end
+        off = pos
+        for i in range(0, len(buffers), _IOV_MAX):
+            chunk = buffers[i : i + _IOV_MAX]
+            want = sum(len(b) for b in chunk)
+            written = os.pwritev(self._write_fd, chunk, off)
+            if written != want:  # short write: finish it byte-exactly
+                rest = b"".join(chunk)[written:]
+                while rest:
+                    k = os.pwrite(self._write_fd, rest, off + written)
+                    written += k
+                    rest = rest[k:]
+            off += want
+        self.end = pos + nbytes
+        return pos
+
+    def sync(self) -> None:
+        assert self._write_fd is not None
+        os.fdatasync(self._write_fd)
+
+    def truncate(self, position: int) -> None:
+        """Cut the file at `position` and make the cut durable."""
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, position)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.end = position
+
+    # -- reading -----------------------------------------------------------
+
+    def pread(self, length: int, position: int) -> bytes:
+        fd = self._read_fd
+        if fd is None:
+            fd = self._read_fd = os.open(self.path, os.O_RDONLY)
+        data = os.pread(fd, length, position)
+        if len(data) != length:
+            raise CorruptLogError(
+                self.path, position, f"file ends before the {length} bytes the index points to"
+            )
+        return data
+
+    def read_header(self) -> None:
+        """Check the file header; CorruptLogError if it is not a segment of ours."""
+        try:
+            head = self.pread(FILE_HEADER_SIZE, 0)
+        except CorruptLogError:
+            raise CorruptLogError(self.path, 0, "segment file header is missing") from None
+        magic, version, _ = FILE_HEADER.unpack(head)
+        if magic != FILE_MAGIC:
+            raise CorruptLogError(self.path, 0, "not a raftsink segment (bad magic)")
+        if version != FILE_VERSION:
+            raise CorruptLogError(self.path, 0, f"unsupported segment version {version}")
+
+    def scan(
+        self, start: int, expect_index: int, prev_term: int, max_frame: int
+    ) -> tuple[list[FrameInfo], ScanStop | None]:
+        """Read frames from byte `start` to the end of the file.
+
+        Returns the valid frames (dense indexes from expect_index, terms not
+        decreasing from prev_term) and, if the file holds anything after them,
+        where and why the scan stopped. The caller decides whether that stop is
+        a torn tail (nothing valid after it) or corruption.
+        """
+        size = self.file_size()
+        frames: list[FrameInfo] = []
+        pos = start
+        if size <= pos:
+            return frames, None
+        buf = memoryview(self.pread(size - pos, pos)) if size > pos else memoryview(b"")
+        off = 0
+        index, term = expect_index, prev_term
+        while off < len(buf):
+            stop = _check_frame(buf, off, index, term, max_frame)
+            if stop is not None:
+                return frames, ScanStop(start + off, stop)
+            n, _, fterm, _, _ = FRAME_HEADER.unpack_from(buf, off)
+            flen = FRAME_HEADER_SIZE + n
+            frames.append(FrameInfo(index, fterm, start + off, flen))
+            off += flen
+            index += 1
+            term = fterm
+        return frames, None
+
+    def find_valid_frame_after(self, position: int, min_index: int, max_frame: int) -> int | None:
+        """Position of some valid frame with index >= min_index after `position`, else None.
+
+        Decides torn tail vs corruption: after a crash only the unsynced end of
+        the file can be damaged, so a valid later frame means the damage is in
+        the middle. Frames are found by searching for the little-endian bytes of
+        the next few expected indexes (fast C search), then checking the CRC.
+        """
+        size = self.file_size()
+        if size <= position + 1:
+            return None
+        buf = self.pread(size - position - 1, position + 1)
+        view = memoryview(buf)
+        for index in range(min_index, min_index + 64):
+            needle = struct.pack("<Q", index)
+            at = buf.find(needle)
+            while at != -1:
+                start = at - 16
+                if start >= 0:
+                    hdr_ok = _check_frame(view, start, index, 0, max_frame) is None
+                    if hdr_ok:
+                        return position + 1 + start
+                at = buf.find(needle, at + 1)
+        return None
+
+    def iter_frames(self, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+        """(position, raw frame bytes) for every frame in [start, end); used by verify."""
+        buf = self.pread(end - start, start)
+        off = 0
+        while off < len(buf):
+            if len(buf) - off < FRAME_HEADER_SIZE:
+                raise CorruptLogError(self.path, start + off, "frame header is cut short")
+            n = FRAME_HEADER.unpack_from(buf, off)[0]
+            yield start + off, buf[off : off + FRAME_HEADER_SIZE + n]
+            off += FRAME_HEADER_SIZE + n
+
+
+def _check_frame(
+    buf: memoryview, off: int, expect_index: int, min_term: int, max_frame: int
+) -> str | None:
+    """None if buf[off:] starts with a valid frame for expect_index, else why not."""
+    if len(buf) - off < FRAME_HEADER_SIZE:
+        return "frame header cut short"
+    n, crc, term, index, etype = FRAME_HEADER.unpack_from(buf, off)
+    if n > max_frame:
+        return f"frame length {n} exceeds the limit {max_frame}"
+    end = off + FRAME_HEADER_SIZE + n
+    if end > len(buf):
+        return "frame payload cut short"
+    if frame_crc(n, term, index, etype, buf[off + FRAME_HEADER_SIZE : end]) != crc:
+        return "CRC-32C mismatch"
+    if index != expect_index:
+        return f"frame holds entry {index}, expected {expect_index}"
+    if term < min_term:
+        return f"term {term} of entry {index} is below the previous term {min_term}"
+    if etype not in _VALID_TYPES:
+        return f"unknown entry type {etype}"
+    return None
+
+
+def fsync_dir(directory: str) -> None:
+    """Make creations, renames and deletions in directory durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
