@@ -206,7 +206,7 @@ class IndexWriter:
         """Remove every entry < index (walks the removed range once)."""
         cur = self._txn.cursor(db=self._ix._entries)
         if cur.first():
-            while _KEY.unpack(cur.key())[0] < index:
+            while (key := cur.key()) and _KEY.unpack(key)[0] < index:
                 if not cur.delete():
                     break
 

@@ -94,6 +94,10 @@ class LogStore:
         self._prev_term = 0  # term of entry first-1 (the snapshot's), 0 if none
         self._last = 0
         self._last_term = 0
+        # _written: last index written to a file (maybe not yet synced);
+        # _sync_base: first index written since the last completed fdatasync.
+        self._written = 0
+        self._sync_base = 1
         self._hard_state = HardState()
         self._snapshot = SnapshotMeta()
 
@@ -266,6 +270,18 @@ class LogStore:
                 self._seg_dir, 0, f"log ends at {self._last} but the first index is {self._first}"
             )
         self._seg_firsts = [s.first_index for s in self._segments]
+        # What the scan accepted may exist only in the page cache (a process
+        # killed between write and fdatasync): make it durable before anyone
+        # relies on it.
+        for seg, _start, _new in plan:
+            if seg in self._segments:
+                fd = os.open(seg.path, os.O_RDONLY)
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+        self._written = self._last
+        self._sync_base = self._last + 1
         if self._segments and self._segments[-1].first_index not in sealed:
             self._active = self._segments[-1]
             self._active.open_for_append()
@@ -301,24 +317,30 @@ class LogStore:
     def _cut_torn_tail(
         self, seg: Segment, position: int, reason: str, expect: int, later: list[Segment]
     ) -> None:
-        """A scan stopped at position: cut it if it is a torn tail, else raise."""
+        """A scan stopped at position (entry `expect`): cut it if it is a torn
+        tail, raise CorruptLogError if a sync completed after it was written."""
         max_frame = self.options.max_entry_bytes
-        found = seg.find_valid_frame_after(position, expect, max_frame)
-        if found is not None:
-            raise CorruptLogError(
-                seg.path, position, f"{reason}; a valid frame follows at byte {found}"
-            )
+        found = seg.highest_sync_base_after(position, max_frame)
         for other in later:
-            if other.file_size() > FILE_HEADER_SIZE:
+            other_found = other.highest_sync_base_after(FILE_HEADER_SIZE - 1, max_frame)
+            if other_found is not None:
                 raise CorruptLogError(
-                    seg.path, position, f"{reason}; a later segment {other.path} holds data"
+                    seg.path, position, f"{reason}; a later segment {other.path} holds valid data"
                 )
+        if found is not None and found[0] > expect:
+            raise CorruptLogError(
+                seg.path,
+                position,
+                f"{reason}; entry {expect} was synced (a valid frame written after a later "
+                f"sync follows at byte {found[1]})",
+            )
         size = seg.file_size()
         log.warning(
-            "storage.recover cut_torn_tail path=%s position=%d bytes=%d reason=%r",
+            "storage.recover cut_torn_tail path=%s position=%d bytes=%d entry=%d reason=%r",
             seg.path,
             position,
             size - position,
+            expect,
             reason,
         )
         self.stats.torn_tail_bytes_cut += size - position
@@ -528,7 +550,7 @@ class LogStore:
                     bufs, nbytes = [], 0
                 seg = self._roll(e.index, new_locs)
             new_locs.append(Location(seg.first_index, seg.end + nbytes, flen, e.term))
-            bufs.append(encode_frame_header(e))
+            bufs.append(encode_frame_header(e, self._sync_base))
             bufs.append(e.data)
             nbytes += flen
             seg.last_index, seg.last_term = e.index, e.term
@@ -536,6 +558,7 @@ class LogStore:
             seg.write(bufs, nbytes)
             if seg not in self._unsynced:
                 self._unsynced.append(seg)
+        self._written = entries[-1].index
         if sync:
             self.sync()
         with self._lock:
@@ -574,10 +597,12 @@ class LogStore:
         """
         old = self._active
         if old is not None:
-            old.sync()
-            if old in self._unsynced:
-                self._unsynced.remove(old)
-            self.stats.syncs += 1
+            # Sealing syncs the old file, so every frame of the new one has a
+            # sync base inside the new file (see segments.py on torn tails).
+            self._written = old.last_index
+            if old not in self._unsynced:
+                self._unsynced.append(old)
+            self.sync()
             # The entries of this batch already placed in `old` must be
             # indexed together with the seal.
             placed = [loc for loc in new_locs if loc.segment == old.first_index]
@@ -602,6 +627,7 @@ class LogStore:
             seg.sync()
             self.stats.syncs += 1
         self._unsynced.clear()
+        self._sync_base = self._written + 1
 
     def _checkpoint(self, seal: Segment | None = None) -> None:
         """Move the unindexed locations into LMDB (one transaction, not forced durable)."""
@@ -663,6 +689,8 @@ class LogStore:
             self._pending_bytes = sum(p.length for p in self._pending)
             self._last, self._last_term = from_index - 1, keep_term
             self._active = None if whole else self._segments[k]
+        # Everything left is synced (sync() above; the cut is fsync'ed below).
+        self._written, self._sync_base = from_index - 1, from_index
         prev = self._segments[-1] if self._segments else None
         with self._index.writer(durable=True) as w:
             w.set_truncate_intent(intent)
@@ -797,6 +825,7 @@ class LogStore:
         with self._lock:
             self._first, self._prev_term = next_index, snapshot.term
             self._last, self._last_term = next_index - 1, snapshot.term
+            self._written, self._sync_base = next_index - 1, next_index
             self._pending.clear()
             self._pending_base = next_index
             self._pending_bytes = 0

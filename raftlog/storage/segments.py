@@ -5,15 +5,25 @@ A segment file is named after the index of its first entry
 
     file header (16 bytes): magic b"RSLOGSEG", version u32, reserved u32
     frame:
-      0   u32  payload length
-      4   u32  CRC-32C of bytes [0,4) ++ [8, 25) ++ payload
-      8   u64  term
-      16  u64  index
-      24  u8   entry type
-      25  ...  payload
+      0   u32  frame magic 0x52534652 ("RFSR"): lets recovery find frames after damage
+      4   u32  payload length
+      8   u32  CRC-32C of bytes [4,8) ++ [12, 33) ++ payload
+      12  u32  unsynced: how many entries before this one were written since
+               the last completed fdatasync (capped at 2**32-1)
+      16  u64  term
+      24  u64  index
+      32  u8   entry type
+      33  ...  payload
 
 All integers are little-endian. The CRC covers the length, so a frame whose
 length field was damaged fails its check instead of pointing into garbage.
+
+Torn tail or corruption? A power cut can damage only bytes written after the
+last completed fdatasync. For a damaged frame k followed by a valid frame j,
+j's sync base (j.index - j.unsynced) tells whether a sync completed between
+writing k and writing j: if j's sync base <= k, k was still unsynced when j
+was written, so the damage is a torn write; otherwise k was synced and its
+damage is real corruption that must stop the node.
 
 Invariants a segment keeps:
 - frames are contiguous, indexes are dense and start at the file's name;
@@ -39,11 +49,13 @@ FILE_VERSION = 1
 FILE_HEADER = struct.Struct("<8sII")
 FILE_HEADER_SIZE = FILE_HEADER.size  # 16
 
-FRAME_HEADER = struct.Struct("<IIQQB")
-FRAME_HEADER_SIZE = FRAME_HEADER.size  # 25
-_CRC_FIELDS = struct.Struct(
-    "<IQQB"
-)  # length, term, index, type: what the CRC covers besides payload
+FRAME_MAGIC = 0x52534652
+_MAGIC_BYTES = struct.pack("<I", FRAME_MAGIC)
+FRAME_HEADER = struct.Struct("<IIIIQQB")
+FRAME_HEADER_SIZE = FRAME_HEADER.size  # 33
+# length, unsynced, term, index, type: what the CRC covers besides the payload
+_CRC_FIELDS = struct.Struct("<IIQQB")
+_U32_MAX = 2**32 - 1
 
 SEGMENT_SUFFIX = ".seg"
 _VALID_TYPES = frozenset(int(t) for t in EntryType)
@@ -66,16 +78,23 @@ def parse_segment_name(name: str) -> int | None:
     return int(stem)
 
 
-def frame_crc(length: int, term: int, index: int, etype: int, payload: bytes | memoryview) -> int:
-    return crc32c.crc32c(payload, crc32c.crc32c(_CRC_FIELDS.pack(length, term, index, etype)))
+def frame_crc(
+    length: int, unsynced: int, term: int, index: int, etype: int, payload: bytes | memoryview
+) -> int:
+    head = _CRC_FIELDS.pack(length, unsynced, term, index, etype)
+    return crc32c.crc32c(payload, crc32c.crc32c(head))
 
 
-def encode_frame_header(entry: LogEntry) -> bytes:
-    """The 25 header bytes of entry's frame (the payload follows unchanged)."""
+def encode_frame_header(entry: LogEntry, sync_base: int) -> bytes:
+    """The header bytes of entry's frame (the payload follows unchanged).
+
+    sync_base: the first index written since the last completed fdatasync.
+    """
     data = entry.data
     n = len(data)
-    crc = frame_crc(n, entry.term, entry.index, entry.type, data)
-    return FRAME_HEADER.pack(n, crc, entry.term, entry.index, entry.type)
+    unsynced = min(entry.index - sync_base, _U32_MAX)
+    crc = frame_crc(n, unsynced, entry.term, entry.index, entry.type, data)
+    return FRAME_HEADER.pack(FRAME_MAGIC, n, crc, unsynced, entry.term, entry.index, entry.type)
 
 
 class FrameInfo(NamedTuple):
@@ -104,12 +123,14 @@ def decode_frame(
     """
     if len(buf) - offset < FRAME_HEADER_SIZE:
         raise CorruptLogError(path, file_pos, "frame header is cut short")
-    n, crc, term, index, etype = FRAME_HEADER.unpack_from(buf, offset)
+    magic, n, crc, unsynced, term, index, etype = FRAME_HEADER.unpack_from(buf, offset)
+    if magic != FRAME_MAGIC:
+        raise CorruptLogError(path, file_pos, "bad frame magic")
     end = offset + FRAME_HEADER_SIZE + n
     if end > len(buf):
         raise CorruptLogError(path, file_pos, f"frame payload of {n} bytes is cut short")
     payload = bytes(buf[offset + FRAME_HEADER_SIZE : end])
-    if frame_crc(n, term, index, etype, payload) != crc:
+    if frame_crc(n, unsynced, term, index, etype, payload) != crc:
         raise CorruptLogError(path, file_pos, f"CRC-32C mismatch in the frame of entry {index}")
     if expect_index is not None and index != expect_index:
         raise CorruptLogError(path, file_pos, f"frame holds entry {index}, expected {expect_index}")
@@ -252,7 +273,7 @@ class Segment:
             stop = _check_frame(buf, off, index, term, max_frame)
             if stop is not None:
                 return frames, ScanStop(start + off, stop)
-            n, _, fterm, _, _ = FRAME_HEADER.unpack_from(buf, off)
+            _, n, _, _, fterm, _, _ = FRAME_HEADER.unpack_from(buf, off)
             flen = FRAME_HEADER_SIZE + n
             frames.append(FrameInfo(index, fterm, start + off, flen))
             off += flen
@@ -260,30 +281,29 @@ class Segment:
             term = fterm
         return frames, None
 
-    def find_valid_frame_after(self, position: int, min_index: int, max_frame: int) -> int | None:
-        """Position of some valid frame with index >= min_index after `position`, else None.
+    def highest_sync_base_after(self, position: int, max_frame: int) -> tuple[int, int] | None:
+        """(sync base, position) of the last valid frame after `position`, or None.
 
-        Decides torn tail vs corruption: after a crash only the unsynced end of
-        the file can be damaged, so a valid later frame means the damage is in
-        the middle. Frames are found by searching for the little-endian bytes of
-        the next few expected indexes (fast C search), then checking the CRC.
+        Frames are found by their magic (a fast C search), then confirmed by
+        CRC. Sync bases only grow along a file, so the last valid frame tells
+        whether any sync completed after the damage (see the module docstring).
         """
         size = self.file_size()
         if size <= position + 1:
             return None
-        buf = self.pread(size - position - 1, position + 1)
+        start = position + 1
+        buf = self.pread(size - start, start)
         view = memoryview(buf)
-        for index in range(min_index, min_index + 64):
-            needle = struct.pack("<Q", index)
-            at = buf.find(needle)
-            while at != -1:
-                start = at - 16
-                if start >= 0:
-                    hdr_ok = _check_frame(view, start, index, 0, max_frame) is None
-                    if hdr_ok:
-                        return position + 1 + start
-                at = buf.find(needle, at + 1)
-        return None
+        best: tuple[int, int] | None = None
+        at = buf.find(_MAGIC_BYTES)
+        while at != -1:
+            info = _valid_frame_at(view, at, max_frame)
+            if info is not None:
+                best = (info[0] - info[1], start + at)
+                at = buf.find(_MAGIC_BYTES, at + FRAME_HEADER_SIZE + info[2])
+            else:
+                at = buf.find(_MAGIC_BYTES, at + 1)
+        return best
 
     def iter_frames(self, start: int, end: int) -> Iterator[tuple[int, bytes]]:
         """(position, raw frame bytes) for every frame in [start, end); used by verify."""
@@ -292,7 +312,7 @@ class Segment:
         while off < len(buf):
             if len(buf) - off < FRAME_HEADER_SIZE:
                 raise CorruptLogError(self.path, start + off, "frame header is cut short")
-            n = FRAME_HEADER.unpack_from(buf, off)[0]
+            n = FRAME_HEADER.unpack_from(buf, off)[1]
             yield start + off, buf[off : off + FRAME_HEADER_SIZE + n]
             off += FRAME_HEADER_SIZE + n
 
@@ -303,13 +323,15 @@ def _check_frame(
     """None if buf[off:] starts with a valid frame for expect_index, else why not."""
     if len(buf) - off < FRAME_HEADER_SIZE:
         return "frame header cut short"
-    n, crc, term, index, etype = FRAME_HEADER.unpack_from(buf, off)
+    magic, n, crc, unsynced, term, index, etype = FRAME_HEADER.unpack_from(buf, off)
+    if magic != FRAME_MAGIC:
+        return "bad frame magic"
     if n > max_frame:
         return f"frame length {n} exceeds the limit {max_frame}"
     end = off + FRAME_HEADER_SIZE + n
     if end > len(buf):
         return "frame payload cut short"
-    if frame_crc(n, term, index, etype, buf[off + FRAME_HEADER_SIZE : end]) != crc:
+    if frame_crc(n, unsynced, term, index, etype, buf[off + FRAME_HEADER_SIZE : end]) != crc:
         return "CRC-32C mismatch"
     if index != expect_index:
         return f"frame holds entry {index}, expected {expect_index}"
@@ -318,6 +340,19 @@ def _check_frame(
     if etype not in _VALID_TYPES:
         return f"unknown entry type {etype}"
     return None
+
+
+def _valid_frame_at(buf: memoryview, off: int, max_frame: int) -> tuple[int, int, int] | None:
+    """(index, unsynced, payload length) if a CRC-valid frame starts at buf[off], else None."""
+    if len(buf) - off < FRAME_HEADER_SIZE:
+        return None
+    magic, n, crc, unsynced, term, index, etype = FRAME_HEADER.unpack_from(buf, off)
+    end = off + FRAME_HEADER_SIZE + n
+    if magic != FRAME_MAGIC or n > max_frame or end > len(buf):
+        return None
+    if frame_crc(n, unsynced, term, index, etype, buf[off + FRAME_HEADER_SIZE : end]) != crc:
+        return None
+    return index, unsynced, n
 
 
 def fsync_dir(directory: str) -> None:

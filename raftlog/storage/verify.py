@@ -128,9 +128,9 @@ def _verify(
         else:
             expect = seg_first
         if stop is not None:
-            later = seg.find_valid_frame_after(stop.position, expect, opts.max_entry_bytes)
+            later = seg.highest_sync_base_after(stop.position, opts.max_entry_bytes)
             is_last = n == len(firsts) - 1
-            if later is None and is_last:
+            if (later is None or later[0] <= expect) and is_last:
                 report.notes.append(
                     f"torn tail in {seg.path} at byte {stop.position} ({stop.reason}); "
                     f"{seg.file_size() - stop.position} bytes would be cut on open"
@@ -138,7 +138,7 @@ def _verify(
             else:
                 report.problems.append(
                     str(CorruptLogError(seg.path, stop.position, stop.reason))
-                    + (f"; a valid frame follows at byte {later}" if later is not None else "")
+                    + (f"; a valid frame follows at byte {later[1]}" if later is not None else "")
                 )
         seg.close()
     report.last_index = (expect - 1) if expect is not None else report.first_index - 1
