@@ -45,7 +45,6 @@ from raftlog.storage.segments import (
     FILE_HEADER_SIZE,
     FRAME_HEADER_SIZE,
     Segment,
-    decode_frame,
     encode_frame_header,
     fsync_dir,
     parse_segment_name,
@@ -438,59 +437,46 @@ class LogStore:
             self._check_open()
             if start < self._first or start > self._last:
                 raise LogRangeError(f"entry {start} is outside [{self._first}, {self._last}]")
-            stop = min(self._last + 1, start + max_count)
-            indexed_stop = min(stop, self._pending_base)
-            locs: list[Location] = []
-            if start < indexed_stop:
-                locs = self._index.locations(start, indexed_stop)
-                if len(locs) != indexed_stop - start:
-                    missing = start + len(locs)
+            stop = min(self._last + 1, start + (max_count if max_bytes > 0 else 1))
+            loc = self._location_locked(start)
+            k = bisect.bisect_left(self._seg_firsts, loc[0])
+            if k == len(self._seg_firsts) or self._seg_firsts[k] != loc[0]:
+                raise CorruptLogError(self._seg_dir, 0, f"no segment file starts at entry {loc[0]}")
+            if stop == start + 1:  # the common random read: one pread, one frame
+                return self._segments[k].read_one(loc[1], loc[2], start)
+            # Walk frames from the first entry's position, segment after segment;
+            # at least one entry even when max_bytes is 0.
+            hint = loc[2]
+            out, pos, used = self._segments[k].read_entries(
+                loc[1], start, stop, max(max_bytes, 1), hint
+            )
+            index = start + len(out)
+            while index < stop and used < max_bytes and k + 1 < len(self._segments):
+                k += 1
+                seg = self._segments[k]
+                if seg.first_index != index:
                     raise CorruptLogError(
-                        self._seg_dir, 0, f"index has no location for entry {missing}"
+                        seg.path, 0, f"segment starts at {seg.first_index}, expected {index}"
                     )
-            if stop > self._pending_base:
-                lo = max(start, self._pending_base) - self._pending_base
-                locs.extend(self._pending[lo : stop - self._pending_base])
-            return self._read_locations(start, locs, max_bytes)
+                more, pos, got = seg.read_entries(
+                    FILE_HEADER_SIZE, index, stop, max_bytes - used, hint
+                )
+                out.extend(more)
+                used += got
+                index += len(more)
+            if index < stop and used < max_bytes:
+                raise CorruptLogError(
+                    self._segments[k].path, pos, f"entry {index} is missing from the segments"
+                )
+            return out
 
-    def _read_locations(self, start: int, locs: list[Location], max_bytes: int) -> list[LogEntry]:
-        # Cut the run at the byte budget first, then read each segment's span
-        # with one pread: frames of consecutive entries are adjacent on disk.
-        budget = 0
-        n = 0
-        for loc in locs:
-            budget += loc.length - FRAME_HEADER_SIZE
-            n += 1
-            if budget >= max_bytes:
-                break
-        out: list[LogEntry] = []
-        i = 0
-        while i < n:
-            seg = self._segment_for(locs[i].segment)
-            j = i + 1
-            while (
-                j < n
-                and locs[j].segment == locs[i].segment
-                and locs[j].position == locs[j - 1].position + locs[j - 1].length
-            ):
-                j += 1
-            span_start = locs[i].position
-            span_len = locs[j - 1].position + locs[j - 1].length - span_start
-            buf = seg.pread(span_len, span_start)
-            view = memoryview(buf) if j - i > 1 else buf
-            off = 0
-            for k in range(i, j):
-                entry, flen = decode_frame(view, off, seg.path, span_start + off, start + k)
-                if flen != locs[k].length:
-                    raise CorruptLogError(
-                        seg.path,
-                        span_start + off,
-                        f"frame length {flen} != indexed {locs[k].length}",
-                    )
-                out.append(entry)
-                off += flen
-            i = j
-        return out
+    def _location_locked(self, index: int) -> tuple[int, int, int, int]:
+        if index >= self._pending_base:
+            return self._pending[index - self._pending_base]
+        loc = self._index.location(index)
+        if loc is None:
+            raise CorruptLogError(self._seg_dir, 0, f"index has no location for entry {index}")
+        return loc
 
     def _segment_for(self, first_index: int) -> Segment:
         k = bisect.bisect_left(self._seg_firsts, first_index)
@@ -717,12 +703,7 @@ class LogStore:
 
     def _location(self, index: int) -> Location:
         with self._lock:
-            if index >= self._pending_base:
-                return self._pending[index - self._pending_base]
-            loc = self._index.location(index)
-        if loc is None:
-            raise CorruptLogError(self._seg_dir, 0, f"index has no location for entry {index}")
-        return loc
+            return Location._make(self._location_locked(index))
 
     def _cut_files(self, intent: TruncateIntent) -> None:
         """Apply a truncation intent to the files; idempotent (recovery redoes it)."""

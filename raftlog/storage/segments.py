@@ -6,8 +6,8 @@ A segment file is named after the index of its first entry
     file header (16 bytes): magic b"RSLOGSEG", version u32, reserved u32
     frame:
       0   u32  frame magic 0x52534652 ("RFSR"): lets recovery find frames after damage
-      4   u32  payload length
-      8   u32  CRC-32C of bytes [4,8) ++ [12, 33) ++ payload
+      4   u32  CRC-32C of bytes [8, 33 + length): every field below and the payload
+      8   u32  payload length
       12  u32  unsynced: how many entries before this one were written since
                the last completed fdatasync (capped at 2**32-1)
       16  u64  term
@@ -53,12 +53,14 @@ FRAME_MAGIC = 0x52534652
 _MAGIC_BYTES = struct.pack("<I", FRAME_MAGIC)
 FRAME_HEADER = struct.Struct("<IIIIQQB")
 FRAME_HEADER_SIZE = FRAME_HEADER.size  # 33
-# length, unsynced, term, index, type: what the CRC covers besides the payload
+# length, unsynced, term, index, type: the header part the CRC covers (bytes 8..33)
 _CRC_FIELDS = struct.Struct("<IIQQB")
+_CRC_START = 8
 _U32_MAX = 2**32 - 1
 
 SEGMENT_SUFFIX = ".seg"
 _VALID_TYPES = frozenset(int(t) for t in EntryType)
+_TYPE_BY_CODE = {int(t): t for t in EntryType}
 
 # IOV_MAX on Linux; pwritev refuses more buffers than this in one call.
 _IOV_MAX = 1024
@@ -94,7 +96,7 @@ def encode_frame_header(entry: LogEntry, sync_base: int) -> bytes:
     n = len(data)
     unsynced = min(entry.index - sync_base, _U32_MAX)
     crc = frame_crc(n, unsynced, entry.term, entry.index, entry.type, data)
-    return FRAME_HEADER.pack(FRAME_MAGIC, n, crc, unsynced, entry.term, entry.index, entry.type)
+    return FRAME_HEADER.pack(FRAME_MAGIC, crc, n, unsynced, entry.term, entry.index, entry.type)
 
 
 class FrameInfo(NamedTuple):
@@ -113,30 +115,54 @@ class ScanStop(NamedTuple):
     reason: str
 
 
-def decode_frame(
-    buf: bytes | memoryview, offset: int, path: str, file_pos: int, expect_index: int | None = None
-) -> tuple[LogEntry, int]:
-    """Decode the frame starting at buf[offset]; returns (entry, frame length).
+_READ_CHUNK = 256 * 1024
 
-    Used for reads of indexed entries, where any defect is corruption
-    (CorruptLogError naming path and file_pos), never a torn tail.
+
+def _decode_into(
+    out: list[LogEntry],
+    buf: bytes,
+    index: int,
+    stop: int,
+    budget: int,
+    path: str,
+    file_pos: int,
+) -> tuple[int, int, int]:
+    """Decode whole frames from buf into out, starting with entry `index`.
+
+    Stops before `stop`, once `budget` payload bytes are used (the entry that
+    crosses it is included), or at the first frame not wholly in buf.
+    Returns (next index, bytes consumed, payload bytes used). Any defect is
+    corruption: callers only read entries that are published as written.
     """
-    if len(buf) - offset < FRAME_HEADER_SIZE:
-        raise CorruptLogError(path, file_pos, "frame header is cut short")
-    magic, n, crc, unsynced, term, index, etype = FRAME_HEADER.unpack_from(buf, offset)
-    if magic != FRAME_MAGIC:
-        raise CorruptLogError(path, file_pos, "bad frame magic")
-    end = offset + FRAME_HEADER_SIZE + n
-    if end > len(buf):
-        raise CorruptLogError(path, file_pos, f"frame payload of {n} bytes is cut short")
-    payload = bytes(buf[offset + FRAME_HEADER_SIZE : end])
-    if frame_crc(n, unsynced, term, index, etype, payload) != crc:
-        raise CorruptLogError(path, file_pos, f"CRC-32C mismatch in the frame of entry {index}")
-    if expect_index is not None and index != expect_index:
-        raise CorruptLogError(path, file_pos, f"frame holds entry {index}, expected {expect_index}")
-    if etype not in _VALID_TYPES:
-        raise CorruptLogError(path, file_pos, f"unknown entry type {etype}")
-    return LogEntry(index, term, EntryType(etype), payload), FRAME_HEADER_SIZE + n
+    view = memoryview(buf)
+    unpack = FRAME_HEADER.unpack_from
+    crc_of = crc32c.crc32c
+    append = out.append
+    size = len(buf)
+    off = used = 0
+    while index < stop and used < budget and size - off >= FRAME_HEADER_SIZE:
+        magic, crc, n, _unsynced, term, fidx, etype = unpack(buf, off)
+        end = off + FRAME_HEADER_SIZE + n
+        if magic != FRAME_MAGIC:
+            raise CorruptLogError(path, file_pos + off, "bad frame magic")
+        if end > size:
+            break
+        if crc_of(view[off + _CRC_START : end]) != crc:
+            raise CorruptLogError(
+                path, file_pos + off, f"CRC-32C mismatch in the frame of entry {index}"
+            )
+        if fidx != index:
+            raise CorruptLogError(
+                path, file_pos + off, f"frame holds entry {fidx}, expected {index}"
+            )
+        etype_v = _TYPE_BY_CODE.get(etype)
+        if etype_v is None:
+            raise CorruptLogError(path, file_pos + off, f"unknown entry type {etype}")
+        append(LogEntry(index, term, etype_v, buf[off + FRAME_HEADER_SIZE : end]))
+        used += n
+        off = end
+        index += 1
+    return index, off, used
 
 
 class Segment:
@@ -239,6 +265,54 @@ class Segment:
             )
         return data
 
+    def read_one(self, position: int, length: int, index: int) -> list[LogEntry]:
+        """The single entry whose frame the index places at position/length."""
+        out: list[LogEntry] = []
+        _, consumed, _ = _decode_into(
+            out, self.pread(length, position), index, index + 1, 1 << 62, self.path, position
+        )
+        if consumed != length:
+            raise CorruptLogError(
+                self.path, position, f"frame length disagrees with the index ({length})"
+            )
+        return out
+
+    def read_entries(
+        self, position: int, index: int, stop: int, budget: int, frame_hint: int = 1024
+    ) -> tuple[list[LogEntry], int, int]:
+        """Entries from the frame at `position` (entry `index`) onward, within
+        this segment: before `stop`, until `budget` payload bytes are used.
+
+        Returns (entries, position after them, payload bytes). Frames of
+        consecutive entries are adjacent, so this needs no index lookups.
+        frame_hint (a typical frame length, e.g. the first entry's) sizes the
+        reads: a one-entry read costs one pread of about one frame.
+        """
+        out: list[LogEntry] = []
+        used = 0
+        while index < stop and used < budget and position < self.end:
+            expect = (stop - index) * frame_hint + frame_hint // 4
+            want = min(self.end - position, expect, budget - used + frame_hint + _READ_CHUNK)
+            want = max(want, min(self.end - position, frame_hint))
+            buf = self.pread(want, position)
+            index, consumed, got = _decode_into(
+                out, buf, index, stop, budget - used, self.path, position
+            )
+            if consumed == 0:
+                # One frame larger than the chunk: read exactly that frame.
+                if len(buf) < FRAME_HEADER_SIZE:
+                    raise CorruptLogError(self.path, position, "frame header is cut short")
+                n = FRAME_HEADER.unpack_from(buf, 0)[2]
+                buf = self.pread(FRAME_HEADER_SIZE + n, position)
+                index, consumed, got = _decode_into(
+                    out, buf, index, index + 1, 1 << 62, self.path, position
+                )
+                if consumed == 0:
+                    raise CorruptLogError(self.path, position, "frame is cut short")
+            position += consumed
+            used += got
+        return out, position, used
+
     def read_header(self) -> None:
         """Check the file header; CorruptLogError if it is not a segment of ours."""
         try:
@@ -273,7 +347,7 @@ class Segment:
             stop = _check_frame(buf, off, index, term, max_frame)
             if stop is not None:
                 return frames, ScanStop(start + off, stop)
-            _, n, _, _, fterm, _, _ = FRAME_HEADER.unpack_from(buf, off)
+            _, _, n, _, fterm, _, _ = FRAME_HEADER.unpack_from(buf, off)
             flen = FRAME_HEADER_SIZE + n
             frames.append(FrameInfo(index, fterm, start + off, flen))
             off += flen
@@ -312,7 +386,7 @@ class Segment:
         while off < len(buf):
             if len(buf) - off < FRAME_HEADER_SIZE:
                 raise CorruptLogError(self.path, start + off, "frame header is cut short")
-            n = FRAME_HEADER.unpack_from(buf, off)[1]
+            n = FRAME_HEADER.unpack_from(buf, off)[2]
             yield start + off, buf[off : off + FRAME_HEADER_SIZE + n]
             off += FRAME_HEADER_SIZE + n
 
@@ -323,7 +397,7 @@ def _check_frame(
     """None if buf[off:] starts with a valid frame for expect_index, else why not."""
     if len(buf) - off < FRAME_HEADER_SIZE:
         return "frame header cut short"
-    magic, n, crc, unsynced, term, index, etype = FRAME_HEADER.unpack_from(buf, off)
+    magic, crc, n, _unsynced, term, index, etype = FRAME_HEADER.unpack_from(buf, off)
     if magic != FRAME_MAGIC:
         return "bad frame magic"
     if n > max_frame:
@@ -331,7 +405,7 @@ def _check_frame(
     end = off + FRAME_HEADER_SIZE + n
     if end > len(buf):
         return "frame payload cut short"
-    if frame_crc(n, unsynced, term, index, etype, buf[off + FRAME_HEADER_SIZE : end]) != crc:
+    if crc32c.crc32c(buf[off + _CRC_START : end]) != crc:
         return "CRC-32C mismatch"
     if index != expect_index:
         return f"frame holds entry {index}, expected {expect_index}"
@@ -346,11 +420,11 @@ def _valid_frame_at(buf: memoryview, off: int, max_frame: int) -> tuple[int, int
     """(index, unsynced, payload length) if a CRC-valid frame starts at buf[off], else None."""
     if len(buf) - off < FRAME_HEADER_SIZE:
         return None
-    magic, n, crc, unsynced, term, index, etype = FRAME_HEADER.unpack_from(buf, off)
+    magic, crc, n, unsynced, _term, index, _etype = FRAME_HEADER.unpack_from(buf, off)
     end = off + FRAME_HEADER_SIZE + n
     if magic != FRAME_MAGIC or n > max_frame or end > len(buf):
         return None
-    if frame_crc(n, unsynced, term, index, etype, buf[off + FRAME_HEADER_SIZE : end]) != crc:
+    if crc32c.crc32c(buf[off + _CRC_START : end]) != crc:
         return None
     return index, unsynced, n
 
