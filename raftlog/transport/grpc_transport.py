@@ -1,0 +1,304 @@
+"""gRPC transport: one ordered client stream per peer, batches of messages.
+
+Sending never blocks the caller: `send` puts messages on the peer's bounded
+queue and one sender task per peer drains everything queued into a single
+MessageBatch write. Raft tolerates lost messages, so when a peer is down or its
+queue is full, messages are dropped (counted) and `on_unreachable(peer)` tells
+the node to fall back to probing. The sender reconnects with exponential
+back-off (50 ms doubling to 1 s).
+
+Receiving: each batch is decoded and validated (codec.decode_batch); a bad
+batch aborts that stream with INVALID_ARGUMENT and is counted, and the node
+never sees it. gRPC enforces max_message_bytes before we parse anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import grpc
+
+from raftlog.core.messages import Message
+from raftlog.transport import raft_pb2 as pb
+from raftlog.transport.codec import DecodeLimits, InvalidMessageError, decode_batch, encode_batch
+from raftlog.transport.errors import TransportError
+
+log = logging.getLogger("raftlog.transport")
+
+_SERVICE = "raftlog.Raft"
+_SEND_PATH = f"/{_SERVICE}/Send"
+
+MessageHandler = Callable[[list[Message]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TransportOptions:
+    max_message_bytes: int = 256 * 1024 * 1024
+    """Largest gRPC message accepted or sent (a batch of Raft messages)."""
+    max_batch_bytes: int = 8 * 1024 * 1024
+    """A sender stops adding messages to one batch past this many entry bytes."""
+    queue_max_messages: int = 65536
+    """Per-peer send queue bound; messages beyond it are dropped (Raft resends)."""
+    backoff_initial_s: float = 0.05
+    backoff_max_s: float = 1.0
+    limits: DecodeLimits = field(default_factory=DecodeLimits)
+
+    def __post_init__(self) -> None:
+        if self.max_message_bytes <= 0 or self.max_batch_bytes <= 0 or self.queue_max_messages <= 0:
+            raise ValueError("TransportOptions sizes must be positive")
+        if not 0 < self.backoff_initial_s <= self.backoff_max_s:
+            raise ValueError("TransportOptions back-off must satisfy 0 < initial <= max")
+
+
+@dataclass(slots=True)
+class TransportStats:
+    sent_messages: int = 0
+    sent_batches: int = 0
+    dropped_messages: int = 0
+    received_messages: int = 0
+    rejected_batches: int = 0
+    reconnects: int = 0
+
+
+def _approx_bytes(m: Message) -> int:
+    entries = getattr(m, "entries", None)
+    if entries:
+        return sum(len(e.data) + 32 for e in entries)
+    data = getattr(m, "data", None)
+    return len(data) + 64 if data else 64
+
+
+class _PeerSender:
+    """Queue and sender task for one peer."""
+
+    def __init__(self, transport: GrpcTransport, peer: int, address: str) -> None:
+        self.t = transport
+        self.peer = peer
+        self.address = address
+        self.queue: collections.deque[Message] = collections.deque()
+        self.wakeup = asyncio.Event()
+        self.task: asyncio.Task | None = None
+        self.connected = False
+
+    def enqueue(self, m: Message) -> None:
+        if len(self.queue) >= self.t.options.queue_max_messages:
+            self.t.stats.dropped_messages += 1
+            self.t._report_unreachable(self.peer)
+            return
+        self.queue.append(m)
+        self.wakeup.set()
+
+    def _take_batch(self) -> list[Message]:
+        out: list[Message] = []
+        size = 0
+        limit = self.t.options.max_batch_bytes
+        while self.queue and (not out or size < limit):
+            m = self.queue.popleft()
+            out.append(m)
+            size += _approx_bytes(m)
+        return out
+
+    async def run(self) -> None:
+        opts = self.t.options
+        backoff = opts.backoff_initial_s
+        while not self.t._closed:
+            await self.wakeup.wait()
+            channel = grpc.aio.insecure_channel(self.address, options=self.t._channel_options)
+            pending: list[Message] = []
+            try:
+                call = channel.stream_unary(
+                    _SEND_PATH,
+                    request_serializer=pb.MessageBatch.SerializeToString,
+                    response_deserializer=pb.SendSummary.FromString,
+                )()
+                while not self.t._closed:
+                    if not self.queue:
+                        self.wakeup.clear()
+                        await self.wakeup.wait()
+                        continue
+                    pending = self._take_batch()
+                    await call.write(encode_batch(pending))
+                    self.t.stats.sent_messages += len(pending)
+                    self.t.stats.sent_batches += 1
+                    pending = []
+                    if not self.connected:
+                        self.connected = True
+                        log.info("transport.connected peer=%d address=%s", self.peer, self.address)
+                    backoff = opts.backoff_initial_s
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
+                self._lost(pending, exc)
+            except asyncio.CancelledError:
+                raise
+            finally:
+                await channel.close(grace=None)
+            if self.t._closed:
+                return
+            # Back off before reconnecting; queued messages are dropped meanwhile
+            # (they are stale by the time the peer is back, and Raft resends).
+            self.t.stats.reconnects += 1
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, opts.backoff_max_s)
+            self.t.stats.dropped_messages += len(self.queue)
+            self.queue.clear()
+
+    def _lost(self, pending: list[Message], exc: BaseException) -> None:
+        self.t.stats.dropped_messages += len(pending)
+        if self.connected:
+            log.info("transport.disconnected peer=%d error=%s", self.peer, _short(exc))
+        self.connected = False
+        self.t._report_unreachable(self.peer)
+
+
+def _short(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return repr(exc)
+
+
+class GrpcTransport:
+    """The Raft transport of one node over gRPC (grpc.aio).
+
+    peers: node id -> "host:port" of every OTHER node (this node's own address
+    is `listen`). groups: the Raft group ids this node accepts messages for.
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        listen: str,
+        peers: dict[int, str],
+        groups: Iterable[int] = (0,),
+        options: TransportOptions | None = None,
+    ) -> None:
+        if node_id in peers:
+            raise ValueError("peers must not include this node")
+        self.node_id = node_id
+        self.listen = listen
+        self.options = options or TransportOptions()
+        self.stats = TransportStats()
+        self.groups = set(groups)
+        self.on_unreachable: Callable[[int], None] | None = None
+        self._peers = dict(peers)
+        self._known = set(peers)
+        self._handler: MessageHandler | None = None
+        self._server: grpc.aio.Server | None = None
+        self._senders: dict[int, _PeerSender] = {}
+        self._closed = False
+        self.bound_port: int | None = None
+        n = self.options.max_message_bytes
+        self._channel_options = [
+            ("grpc.max_send_message_length", n),
+            ("grpc.max_receive_message_length", n),
+            ("grpc.keepalive_time_ms", 2000),
+            ("grpc.keepalive_timeout_ms", 2000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.initial_reconnect_backoff_ms", 50),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ]
+
+    async def start(self, handler: MessageHandler) -> None:
+        """Serve incoming messages (handler gets validated batches) and start senders."""
+        self._handler = handler
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", self.options.max_message_bytes),
+                ("grpc.max_send_message_length", 1024 * 1024),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    _SERVICE,
+                    {
+                        "Send": grpc.stream_unary_rpc_method_handler(
+                            self._serve_send,
+                            request_deserializer=pb.MessageBatch.FromString,
+                            response_serializer=pb.SendSummary.SerializeToString,
+                        )
+                    },
+                ),
+            )
+        )
+        try:
+            port = server.add_insecure_port(self.listen)
+        except RuntimeError as exc:
+            raise TransportError(f"cannot listen on {self.listen}: {exc}") from exc
+        if port == 0:
+            raise TransportError(f"cannot listen on {self.listen} (address in use?)")
+        self.bound_port = port
+        await server.start()
+        self._server = server
+        for peer, address in self._peers.items():
+            self._start_sender(peer, address)
+
+    def _start_sender(self, peer: int, address: str) -> None:
+        sender = _PeerSender(self, peer, address)
+        sender.task = asyncio.create_task(sender.run(), name=f"raft-send-{self.node_id}->{peer}")
+        self._senders[peer] = sender
+
+    def add_peer(self, peer: int, address: str) -> None:
+        """A node joined (membership change): accept its messages and send to it."""
+        if peer == self.node_id or peer in self._senders:
+            return
+        self._peers[peer] = address
+        self._known.add(peer)
+        if self._server is not None:
+            self._start_sender(peer, address)
+
+    def send(self, msgs: Iterable[Message]) -> None:
+        """Queue messages for their destinations; never blocks, never raises for a down peer."""
+        for m in msgs:
+            sender = self._senders.get(m.dst)
+            if sender is None:
+                self.stats.dropped_messages += 1
+                continue
+            sender.enqueue(m)
+
+    def _report_unreachable(self, peer: int) -> None:
+        if self.on_unreachable is not None:
+            self.on_unreachable(peer)
+
+    async def _serve_send(
+        self, request_iterator, context: grpc.aio.ServicerContext
+    ) -> pb.SendSummary:
+        received = 0
+        async for batch in request_iterator:
+            try:
+                msgs = decode_batch(
+                    batch, self.node_id, self._known, self.groups, self.options.limits
+                )
+            except InvalidMessageError as exc:
+                self.stats.rejected_batches += 1
+                log.warning("transport.rejected peer=%s reason=%s", context.peer(), exc)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"rejected: {exc}")
+                raise AssertionError("unreachable") from exc
+            received += len(msgs)
+            self.stats.received_messages += len(msgs)
+            if msgs and self._handler is not None:
+                self._handler(msgs)
+        return pb.SendSummary(received=received)
+
+    async def close(self) -> None:
+        """Stop senders and the server. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for s in self._senders.values():
+            s.wakeup.set()
+            if s.task is not None:
+                s.task.cancel()
+        for s in self._senders.values():
+            if s.task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await s.task
+        if self._server is not None:
+            await self._server.stop(grace=0.5)

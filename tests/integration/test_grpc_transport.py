@@ -1,0 +1,145 @@
+"""Real gRPC between transports on 127.0.0.1: order, outages, hostile input."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from raftlog.core.messages import AppendEntries, Heartbeat
+from raftlog.entry import EntryType, LogEntry
+from raftlog.transport import GrpcTransport, TransportError, TransportOptions
+from raftlog.transport import raft_pb2 as pb
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, timeout=60))
+
+
+async def wait_until(cond, timeout=10.0, what="condition"):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def pair(opts=None):
+    got: list = []
+    a = GrpcTransport(1, "127.0.0.1:0", {}, options=opts)
+    b = GrpcTransport(2, "127.0.0.1:0", {}, options=opts)
+    await a.start(lambda msgs: None)
+    await b.start(got.extend)
+    a.add_peer(2, f"127.0.0.1:{b.bound_port}")
+    b.add_peer(1, f"127.0.0.1:{a.bound_port}")
+    return a, b, got
+
+
+def append(i: int, size: int = 10) -> AppendEntries:
+    return AppendEntries(
+        src=1,
+        dst=2,
+        term=3,
+        prev_index=i - 1,
+        prev_term=3 if i > 1 else 0,
+        entries=[LogEntry(i, 3, EntryType.DATA, bytes(size))],
+        commit=0,
+    )
+
+
+def test_messages_arrive_in_order():
+    async def main():
+        a, b, got = await pair()
+        for i in range(1, 2001):
+            a.send([append(i)])
+        await wait_until(lambda: len(got) == 2000, what="2000 messages")
+        assert [m.entries[0].index for m in got] == list(range(1, 2001))
+        assert a.stats.sent_batches < 2000  # queued messages share writes
+        await a.close()
+        await b.close()
+
+    run(main())
+
+
+def test_peer_outage_drops_and_recovers():
+    async def main():
+        unreachable: list[int] = []
+        a = GrpcTransport(1, "127.0.0.1:0", {}, options=TransportOptions(backoff_max_s=0.2))
+        a.on_unreachable = unreachable.append
+        await a.start(lambda m: None)
+        # A port nobody listens on yet.
+        probe = GrpcTransport(2, "127.0.0.1:0", {})
+        await probe.start(lambda m: None)
+        port = probe.bound_port
+        await probe.close()
+        a.add_peer(2, f"127.0.0.1:{port}")
+        a.send([Heartbeat(src=1, dst=2, term=1)])
+        await wait_until(
+            lambda: unreachable == [2] or len(unreachable) >= 1, what="unreachable report"
+        )
+        assert a.stats.dropped_messages >= 1
+        got: list = []
+        b = GrpcTransport(2, f"127.0.0.1:{port}", {1: f"127.0.0.1:{a.bound_port}"})
+        await b.start(got.extend)
+
+        def beat_arrived() -> bool:
+            a.send([Heartbeat(src=1, dst=2, term=1)])
+            return bool(got)
+
+        await wait_until(beat_arrived, what="delivery after the peer came back")
+        await a.close()
+        await b.close()
+
+    run(main())
+
+
+def test_hostile_input_is_rejected_and_the_server_survives():
+    async def main():
+        a, b, got = await pair(TransportOptions(max_message_bytes=1024 * 1024))
+        target = f"127.0.0.1:{b.bound_port}"
+        async with grpc.aio.insecure_channel(target) as ch:
+            raw = ch.stream_unary("/raftlog.Raft/Send", request_serializer=lambda x: x)
+            # Not a protobuf at all.
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await raw(iter([b"\xff\xfe garbage \x00" * 10]))
+            assert err.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+            # A valid protobuf for a group this node does not host.
+            wrong_group = pb.MessageBatch(
+                messages=[pb.RaftMessage(type=5, group_id=77, src=1, dst=2, term=1)]
+            ).SerializeToString()
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await raw(iter([wrong_group]))
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "unknown group" in err.value.details()
+            # Bigger than max_message_bytes: refused before it is parsed.
+            huge = pb.MessageBatch(
+                messages=[
+                    pb.RaftMessage(type=7, group_id=0, src=1, dst=2, term=1, data=bytes(2 << 20))
+                ]
+            ).SerializeToString()
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await raw(iter([huge]))
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert b.stats.rejected_batches == 1
+        assert got == []
+        # Still serving well-formed traffic.
+        a.send([append(1)])
+        await wait_until(lambda: len(got) == 1, what="a valid message after the attacks")
+        await a.close()
+        await b.close()
+
+    run(main())
+
+
+def test_listen_on_a_taken_port_is_a_clear_error():
+    async def main():
+        a = GrpcTransport(1, "127.0.0.1:0", {})
+        await a.start(lambda m: None)
+        b = GrpcTransport(2, f"127.0.0.1:{a.bound_port}", {})
+        with pytest.raises(TransportError, match="cannot listen"):
+            await b.start(lambda m: None)
+        await a.close()
+
+    run(main())
