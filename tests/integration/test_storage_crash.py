@@ -27,7 +27,13 @@ def test_kill_minus_nine_rounds(tmp_path):
     durable_last, durable_term, hard_term = 0, 0, 0
     for rnd in range(ROUNDS):
         child = subprocess.Popen(
-            [sys.executable, "-m", "tests.helpers.crash_writer", data_dir, str(rng.randrange(2**32))],
+            [
+                sys.executable,
+                "-m",
+                "tests.helpers.crash_writer",
+                data_dir,
+                str(rng.randrange(2**32)),
+            ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             text=True,

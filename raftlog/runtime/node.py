@@ -1,0 +1,534 @@
+"""RaftNode: the asyncio driver around the pure core (braft's pipeline).
+
+    apply() --propose--> core --Ready--> raft loop
+        early_messages ----------------------------> transport (before our fsync)
+        snapshot / entries / hard state -----------> DiskQueue (one writer, group commit)
+    persist loop (Readies in order, each once its disk work is durable):
+        messages ----------------------------------> transport
+        committed entries -------------------------> apply loop (serial FSM calls)
+        core.advance(rd)  (the leader's own vote counts from here)
+    apply loop: on_apply in batches, then proposal futures completed by index
+
+Nothing here blocks the event loop on the disk or on the quorum: proposal
+futures are parked by index (DLedger's lesson) and completed by the apply loop,
+failed when leadership is lost (outcome unknown) or on timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import inspect
+import logging
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from raftlog import core
+from raftlog.core import Ready, Role
+from raftlog.core.log_reader import Snapshot
+from raftlog.entry import EntryType, HardState, LogEntry
+from raftlog.runtime.errors import (
+    BusyError,
+    LeaderChangedError,
+    NodeStoppedError,
+    NotLeaderError,
+    ProposalTimeoutError,
+)
+from raftlog.runtime.log_adapter import QueueLogReader
+from raftlog.runtime.options import NodeOptions
+from raftlog.runtime.snapshots import SnapshotStore
+from raftlog.runtime.state_machine import ApplyResult, StateMachine
+from raftlog.storage import DiskQueue, LogStore
+
+log = logging.getLogger("raftlog.runtime")
+
+
+@dataclass(slots=True)
+class _Waiter:
+    term: int
+    future: asyncio.Future
+    deadline: float
+
+
+@dataclass(slots=True)
+class NodeStats:
+    proposals: int = 0
+    applied_entries: int = 0
+    apply_batches: int = 0
+    readies: int = 0
+    leader_changes: int = 0
+    snapshots_taken: int = 0
+    snapshots_installed: int = 0
+
+
+class RaftNode:
+    """One node of one Raft group, persisted under data_dir.
+
+    peers: node id -> Raft transport address for every voter (this node too);
+    used for the initial configuration (when the log has none) and as leader
+    address hints in NotLeaderError. transport: a GrpcTransport or
+    LocalTransport whose handler this node installs with start().
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        data_dir: str,
+        peers: dict[int, str],
+        fsm: StateMachine,
+        transport: Any,
+        options: NodeOptions | None = None,
+        group_id: int = 0,
+        seed: int | None = None,
+    ) -> None:
+        if node_id not in peers:
+            raise ValueError(f"peers must include this node ({node_id})")
+        self.id = node_id
+        self.data_dir = data_dir
+        self.peers = dict(peers)
+        self.fsm = fsm
+        self.transport = transport
+        self.options = options or NodeOptions()
+        self.group_id = group_id
+        self.stats = NodeStats()
+        self._seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake = asyncio.Event()
+        self._persist_wake = asyncio.Event()
+        self._pipeline: collections.deque[tuple[Ready, asyncio.Future | None]] = collections.deque()
+        self._apply_q: asyncio.Queue = asyncio.Queue()
+        self._waiters: dict[int, _Waiter] = {}
+        self._reads: dict[bytes, _Waiter] = {}
+        self._read_seq = 0
+        self._applied_waiters: list[tuple[int, asyncio.Future]] = []
+        self._tasks: list[asyncio.Task] = []
+        self._stopped = False
+        self._fatal: BaseException | None = None
+        self.leader_id = 0
+        self.role = Role.FOLLOWER
+        self.applied = 0
+        self._leader_started_term = 0
+        self._last_hs = HardState()
+        self._saved_hs = HardState()
+        self._last_snapshot_index = 0
+
+    # ---------------------------------------------------------------- start
+
+    async def start(self) -> None:
+        """Open storage, recover (snapshot + log), join the transport, start the loops."""
+        self._loop = asyncio.get_running_loop()
+        opts = self.options
+        store = await asyncio.to_thread(
+            LogStore.open, os.path.join(self.data_dir, "log"), opts.storage
+        )
+        self.queue = DiskQueue(store)
+        self.snapshots = SnapshotStore(os.path.join(self.data_dir, "snapshots"))
+        snap = self.snapshots.load()
+        if snap is not None:
+            self.fsm.on_snapshot_load(snap.data)
+            self.applied = self._last_snapshot_index = snap.meta.index
+        hs = store.hard_state()
+        self._last_hs = self._saved_hs = hs
+        cfg = core.RaftConfig(
+            id=self.id,
+            peers=sorted(self.peers),
+            election_tick=opts.election_ticks,
+            heartbeat_tick=opts.heartbeat_ticks,
+            max_msg_bytes=opts.max_append_bytes,
+            max_inflight_msgs=opts.max_inflight_msgs,
+            max_inflight_bytes=opts.max_inflight_bytes,
+            applied=self.applied,
+            group_id=self.group_id,
+        )
+        reader = QueueLogReader(self.queue, self.snapshots)
+        self.core = core.RaftNode(cfg, reader, random.Random(self._seed), hard_state=hs)
+        await self.transport.start(self._on_messages)
+        for coro, name in (
+            (self._ticker(), "tick"),
+            (self._raft_loop(), "raft"),
+            (self._persist_loop(), "persist"),
+            (self._apply_loop(), "apply"),
+            (self._housekeeping(), "housekeeping"),
+        ):
+            self._tasks.append(asyncio.create_task(coro, name=f"raft-{self.id}-{name}"))
+        log.info(
+            "raft.start node=%d term=%d commit=%d last=%d applied=%d",
+            self.id,
+            hs.term,
+            hs.commit,
+            self.queue.last_index(),
+            self.applied,
+        )
+
+    # ----------------------------------------------------------- client API
+
+    async def apply(self, data: bytes, timeout: float | None = None) -> ApplyResult:
+        """Replicate data and apply it; returns once committed and applied here.
+
+        NotLeaderError (with a leader hint) or BusyError: nothing was proposed.
+        LeaderChangedError / ProposalTimeoutError: the outcome is unknown.
+        """
+        return (await self.apply_batch([data], timeout))[0]
+
+    async def apply_batch(
+        self, datas: Sequence[bytes], timeout: float | None = None
+    ) -> list[ApplyResult]:
+        """As apply(), for several entries proposed together (consecutive indexes)."""
+        self._check_running()
+        if len(self._waiters) + len(datas) > self.options.max_pending_proposals:
+            raise BusyError(f"{len(self._waiters)} proposals pending; retry later")
+        try:
+            placed = self.core.propose_batch(list(datas))
+        except core.NotLeaderError as exc:
+            raise NotLeaderError(exc.leader, self.peers.get(exc.leader)) from None
+        except core.ProposalDroppedError as exc:
+            raise LeaderChangedError(f"proposal refused: {exc}") from None
+        deadline = time.monotonic() + (timeout or self.options.proposal_timeout_s)
+        futs = []
+        for index, term in placed:
+            fut = self._loop.create_future()
+            self._waiters[index] = _Waiter(term, fut, deadline)
+            futs.append(fut)
+        self.stats.proposals += len(placed)
+        self._wake.set()
+        return list(await asyncio.gather(*futs))
+
+    async def read_index(self, timeout: float | None = None) -> int:
+        """A linearizable read point: returns once this node applied up to an
+        index that includes every write committed before the call."""
+        self._check_running()
+        self._read_seq += 1
+        ctx = f"{self.id}:{self._read_seq}".encode()
+        fut = self._loop.create_future()
+        deadline = time.monotonic() + (timeout or self.options.proposal_timeout_s)
+        self._reads[ctx] = _Waiter(0, fut, deadline)
+        try:
+            self.core.read_index(ctx)
+        except core.NotLeaderError as exc:
+            del self._reads[ctx]
+            raise NotLeaderError(exc.leader, self.peers.get(exc.leader)) from None
+        self._wake.set()
+        index = await fut
+        if self.applied < index:
+            done = self._loop.create_future()
+            self._applied_waiters.append((index, done))
+            await asyncio.wait_for(done, timeout=max(0.0, deadline - time.monotonic()))
+        return index
+
+    async def transfer_leader(self, target: int, timeout: float | None = None) -> None:
+        """Hand leadership to target; returns once target leads."""
+        self._check_running()
+        try:
+            self.core.transfer_leader(target)
+        except core.NotLeaderError as exc:
+            raise NotLeaderError(exc.leader, self.peers.get(exc.leader)) from None
+        self._wake.set()
+        deadline = time.monotonic() + (timeout or self.options.proposal_timeout_s)
+        while self.leader_id != target:
+            if time.monotonic() > deadline:
+                raise ProposalTimeoutError(f"leadership did not move to {target}")
+            await asyncio.sleep(self.options.tick_ms / 1000)
+
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    def status(self) -> dict:
+        c = self.core
+        st = {
+            "id": self.id,
+            "group": self.group_id,
+            "role": self.role.value,
+            "term": c.term,
+            "leader": self.leader_id,
+            "commit": c.log.committed,
+            "applied": self.applied,
+            "last_index": self.queue.last_index(),
+            "durable_index": self.queue.durable_index,
+            "first_index": self.queue.first_index(),
+            "pending_proposals": len(self._waiters),
+        }
+        if self.role is Role.LEADER:
+            st["followers"] = {
+                pid: {"match": pr.match, "next": pr.next, "state": pr.state.name.lower()}
+                for pid, pr in c.progress.items()
+                if pid != self.id
+            }
+        return st
+
+    def _check_running(self) -> None:
+        if self._stopped or self._fatal is not None:
+            raise NodeStoppedError(
+                f"node {self.id} is stopped" + (f": {self._fatal!r}" if self._fatal else "")
+            )
+
+    # ----------------------------------------------------------- inbound
+
+    def _on_messages(self, msgs: list) -> None:
+        if self._stopped:
+            return
+        for m in msgs:
+            self.core.step(m)
+        self._wake.set()
+
+    # ---------------------------------------------------------------- loops
+
+    async def _ticker(self) -> None:
+        interval = self.options.tick_ms / 1000
+        next_at = self._loop.time()
+        while True:
+            next_at += interval
+            await asyncio.sleep(max(0.0, next_at - self._loop.time()))
+            self.core.tick()
+            self._wake.set()
+
+    async def _raft_loop(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self.core.has_ready():
+                    rd = self.core.ready()
+                    self.stats.readies += 1
+                    await self._handle_ready(rd)
+        except Exception as exc:  # a bug or storage failure: stop loudly
+            self._fail(exc)
+
+    async def _handle_ready(self, rd: Ready) -> None:
+        if rd.soft_state is not None:
+            self._on_soft_state(rd.soft_state)
+        if rd.early_messages:
+            self.transport.send(rd.early_messages)
+        last: asyncio.Future | None = None
+        if rd.snapshot is not None:
+            last = await self._persist_snapshot(rd.snapshot)
+        if rd.entries:
+            first = rd.entries[0].index
+            if first <= self.queue.last_index():
+                self.queue.truncate_suffix(first)
+            last = self.queue.append(rd.entries)
+        if rd.hard_state is not None:
+            self._last_hs = rd.hard_state
+            hs = rd.hard_state
+            # Term and vote must be durable before the messages; the commit
+            # field is only a checkpoint, saved periodically (housekeeping).
+            if (hs.term, hs.vote) != (self._saved_hs.term, self._saved_hs.vote):
+                last = self.queue.save_hard_state(hs)
+                self._saved_hs = hs
+        self._pipeline.append((rd, last))
+        self._persist_wake.set()
+
+    async def _persist_snapshot(self, snap: Snapshot) -> asyncio.Future:
+        meta = snap.meta
+        await asyncio.to_thread(self.snapshots.save, snap)
+        if self.queue.term_at(meta.index) == meta.term and meta.index <= self.queue.last_index():
+            self.queue.save_snapshot_meta(meta)
+            return self.queue.truncate_prefix(meta.index)
+        self.queue.save_snapshot_meta(meta)
+        return self.queue.reset(meta.index + 1, meta)
+
+    async def _persist_loop(self) -> None:
+        try:
+            while True:
+                if not self._pipeline:
+                    self._persist_wake.clear()
+                    await self._persist_wake.wait()
+                    continue
+                rd, fut = self._pipeline[0]
+                if fut is not None:
+                    await fut  # this Ready's writes (and all before them) are durable
+                self._pipeline.popleft()
+                if rd.messages:
+                    self.transport.send(rd.messages)
+                if rd.snapshot is not None:
+                    self.stats.snapshots_installed += 1
+                    self._apply_q.put_nowait(rd.snapshot)
+                if rd.committed_entries:
+                    self._apply_q.put_nowait(rd.committed_entries)
+                for rs in rd.read_states:
+                    w = self._reads.pop(rs.context, None)
+                    if w is not None and not w.future.done():
+                        w.future.set_result(rs.index)
+                self.core.advance(rd)
+                self._wake.set()
+        except Exception as exc:
+            self._fail(exc)
+
+    async def _apply_loop(self) -> None:
+        try:
+            while True:
+                item = await self._apply_q.get()
+                if isinstance(item, Snapshot):
+                    self.fsm.on_snapshot_load(item.data)
+                    self.applied = self._last_snapshot_index = item.meta.index
+                    self.queue.set_applied(self.applied)
+                    continue
+                entries: list[LogEntry] = list(item)
+                while not self._apply_q.empty():  # coalesce queued batches
+                    nxt = self._apply_q.get_nowait()
+                    if isinstance(nxt, Snapshot):
+                        await self._apply_entries(entries)
+                        entries = []
+                        self.fsm.on_snapshot_load(nxt.data)
+                        self.applied = self._last_snapshot_index = nxt.meta.index
+                        self.queue.set_applied(self.applied)
+                        continue
+                    entries.extend(nxt)
+                if entries:
+                    await self._apply_entries(entries)
+                self._maybe_snapshot()
+        except Exception as exc:
+            self._fail(exc)
+
+    async def _apply_entries(self, entries: list[LogEntry]) -> None:
+        data = [e for e in entries if e.type is EntryType.DATA]
+        results: Sequence[Any] = ()
+        if data:
+            out = self.fsm.on_apply(data)
+            results = await out if inspect.isawaitable(out) else out
+            if len(results) != len(data):
+                raise RuntimeError(
+                    f"on_apply returned {len(results)} results for {len(data)} entries"
+                )
+        self.stats.apply_batches += 1
+        self.stats.applied_entries += len(data)
+        waiters = self._waiters
+        if waiters:
+            for e, r in zip(data, results, strict=False):
+                w = waiters.pop(e.index, None)
+                if w is None or w.future.done():
+                    continue
+                if w.term == e.term:
+                    w.future.set_result(ApplyResult(e.index, e.term, r))
+                else:
+                    w.future.set_exception(
+                        LeaderChangedError(f"entry {e.index} was replaced by a later leader")
+                    )
+            for e in entries:
+                if e.type is not EntryType.DATA:
+                    w = waiters.pop(e.index, None)
+                    if w is not None and not w.future.done():
+                        w.future.set_exception(
+                            LeaderChangedError(f"entry {e.index} was replaced by a later leader")
+                        )
+        self.applied = entries[-1].index
+        self.queue.set_applied(self.applied)
+        for e in entries:
+            if (
+                e.type is EntryType.NOOP
+                and self.role is Role.LEADER
+                and e.term == self.core.term
+                and self._leader_started_term != e.term
+            ):
+                self._leader_started_term = e.term
+                self.fsm.on_leader_start(e.term)
+        if self._applied_waiters:
+            keep = []
+            for index, fut in self._applied_waiters:
+                if index <= self.applied:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    keep.append((index, fut))
+            self._applied_waiters = keep
+
+    def _maybe_snapshot(self) -> None:
+        every = self.options.snapshot_every_entries
+        if not every or self.applied - self._last_snapshot_index < every:
+            return
+        if self.applied > self.queue.durable_index:
+            return
+        data = self.fsm.on_snapshot_save()
+        snap = self.core.compact(self.applied, data)
+        self._last_snapshot_index = snap.meta.index
+        self.stats.snapshots_taken += 1
+        self._tasks.append(asyncio.create_task(self._store_snapshot(snap)))
+
+    async def _store_snapshot(self, snap: Snapshot) -> None:
+        try:
+            await asyncio.to_thread(self.snapshots.save, snap)
+            await self.queue.save_snapshot_meta(snap.meta)
+            upto = snap.meta.index - self.options.snapshot_keep_entries
+            if upto >= self.queue.first_index():
+                await self.queue.truncate_prefix(upto)
+        except Exception as exc:
+            self._fail(exc)
+
+    async def _housekeeping(self) -> None:
+        """Proposal/read timeouts and the commit checkpoint."""
+        period = min(0.1, self.options.proposal_timeout_s / 4)
+        last_checkpoint = time.monotonic()
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for table in (self._waiters, self._reads):
+                expired = [k for k, w in table.items() if w.deadline <= now]
+                for k in expired:
+                    w = table.pop(k)
+                    if not w.future.done():
+                        w.future.set_exception(
+                            ProposalTimeoutError("no commit within the timeout; outcome unknown")
+                        )
+            if now - last_checkpoint >= self.options.commit_checkpoint_s:
+                last_checkpoint = now
+                hs = self._last_hs
+                if hs.commit != self._saved_hs.commit and hs.term == self._saved_hs.term:
+                    self._saved_hs = hs
+                    self.queue.save_hard_state(hs)
+
+    # ------------------------------------------------------- state changes
+
+    def _on_soft_state(self, ss: core.SoftState) -> None:
+        was_leader = self.role is Role.LEADER
+        if ss.lead != self.leader_id:
+            self.stats.leader_changes += 1
+            log.info("raft.leader node=%d leader=%d term=%d", self.id, ss.lead, self.core.term)
+        self.leader_id, self.role = ss.lead, ss.role
+        if was_leader and ss.role is not Role.LEADER:
+            self._fail_waiters(LeaderChangedError("leadership lost; outcome unknown"))
+            self._leader_started_term = 0
+            self.fsm.on_leader_stop()
+
+    def _fail_waiters(self, exc: Exception) -> None:
+        for table in (self._waiters, self._reads):
+            for w in table.values():
+                if not w.future.done():
+                    w.future.set_exception(exc)
+            table.clear()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._fatal is not None:
+            return
+        self._fatal = exc
+        log.error("raft.fatal node=%d error=%r", self.id, exc)
+        self._fail_waiters(NodeStoppedError(f"node {self.id} stopped: {exc!r}"))
+        try:
+            self.fsm.on_error(exc)
+        finally:
+            for t in self._tasks:
+                if t is not asyncio.current_task():
+                    t.cancel()
+
+    # ----------------------------------------------------------------- stop
+
+    async def stop(self) -> None:
+        """Stop the loops, fail pending calls, close transport and storage."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._fail_waiters(NodeStoppedError(f"node {self.id} stopped"))
+        await self.transport.close()
+        await self.queue.close()
+
+    @property
+    def fatal_error(self) -> BaseException | None:
+        return self._fatal

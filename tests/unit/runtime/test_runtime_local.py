@@ -1,0 +1,108 @@
+"""RaftNode runtime on an in-process network: replicate, fail over, restart, snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from raftlog.runtime import LeaderChangedError, NodeOptions, NotLeaderError
+from tests.helpers.cluster import FAST, LocalCluster, wait_until
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, timeout=120))
+
+
+def test_replicates_and_applies_everywhere_in_order(tmp_path):
+    async def main():
+        c = LocalCluster(str(tmp_path))
+        await c.start()
+        leader = await c.leader()
+        results = await asyncio.gather(*(leader.apply(b"v%d" % i) for i in range(200)))
+        indexes = [r.index for r in results]
+        assert sorted(indexes) == indexes or len(set(indexes)) == 200
+        await wait_until(lambda: all(len(f.applied) == 200 for f in c.fsms.values()), what="apply")
+        logs = [f.applied for f in c.fsms.values()]
+        assert logs[0] == logs[1] == logs[2]
+        assert sorted(d for _, d in logs[0]) == sorted(b"v%d" % i for i in range(200))
+        assert c.fsms[leader.id].leader_terms == [leader.core.term]
+        follower = next(n for n in c.nodes.values() if not n.is_leader())
+        with pytest.raises(NotLeaderError) as err:
+            await follower.apply(b"x")
+        assert err.value.leader_id == leader.id and err.value.leader_address == f"local:{leader.id}"
+        assert await follower.read_index() >= 200
+        await c.stop()
+
+    run(main())
+
+
+def test_failover_and_restart_catch_up(tmp_path):
+    async def main():
+        c = LocalCluster(str(tmp_path))
+        await c.start()
+        old = await c.leader()
+        await asyncio.gather(*(old.apply(b"a%d" % i) for i in range(50)))
+        old_id = old.id
+        await c.stop_node(old_id)
+        new = await c.leader(exclude=old_id)
+        await asyncio.gather(*(new.apply(b"b%d" % i) for i in range(50)))
+        await c.start_node(old_id)
+        await wait_until(
+            lambda: len(c.fsms[old_id].applied) == len(c.fsms[new.id].applied) == 100,
+            what="restarted node catches up",
+        )
+        assert c.fsms[old_id].applied == c.fsms[new.id].applied
+        await c.stop()
+
+    run(main())
+
+
+def test_isolated_leader_steps_down_and_fails_pending_proposals(tmp_path):
+    async def main():
+        c = LocalCluster(str(tmp_path))
+        await c.start()
+        old = await c.leader()
+        c.net.isolate(old.id)
+        pending = asyncio.ensure_future(old.apply(b"lost?"))
+        with pytest.raises(LeaderChangedError):
+            await pending
+        assert not old.is_leader()  # CheckQuorum
+        new = await c.leader(exclude=old.id)
+        r = await new.apply(b"after")
+        c.net.heal()
+        await wait_until(
+            lambda: any(d == b"after" for _, d in c.fsms[old.id].applied), what="old leader rejoins"
+        )
+        assert c.fsms[old.id].applied == c.fsms[new.id].applied[: len(c.fsms[old.id].applied)]
+        assert r.index > 0
+        await c.stop()
+
+    run(main())
+
+
+def test_snapshot_compacts_and_a_new_node_state_is_rebuilt(tmp_path):
+    async def main():
+        opts = NodeOptions(
+            tick_ms=FAST.tick_ms,
+            election_ticks=FAST.election_ticks,
+            snapshot_every_entries=50,
+            snapshot_keep_entries=10,
+        )
+        c = LocalCluster(str(tmp_path), options=opts)
+        await c.start()
+        leader = await c.leader()
+        lagging = next(i for i in c.ids if i != leader.id)
+        await c.stop_node(lagging)
+        for k in range(4):
+            await asyncio.gather(*(leader.apply(b"s%d-%d" % (k, i)) for i in range(50)))
+        await wait_until(lambda: leader.queue.first_index() > 100, what="log compaction")
+        await c.start_node(lagging)
+        await wait_until(
+            lambda: len(c.fsms[lagging].applied) == 200, what="lagging node installs the snapshot"
+        )
+        assert c.fsms[lagging].applied == c.fsms[leader.id].applied
+        assert c.nodes[lagging].stats.snapshots_installed >= 1
+        await c.stop()
+
+    run(main())
