@@ -1,0 +1,147 @@
+"""Start, kill and restart raftlog node processes on 127.0.0.1.
+
+Used by the multi-process tests and bench/raft.py. Each node is a real
+process (`python -m raftlog.node_process`) with its own data directory; kill()
+sends SIGKILL, stop() SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from raftlog.node_process import control_call
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on 127.0.0.1 (bound then released)."""
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+@dataclass
+class NodeProc:
+    id: int
+    raft: str
+    control: str
+    data_dir: str
+    proc: subprocess.Popen | None = None
+
+
+class ProcessCluster:
+    def __init__(
+        self,
+        base_dir: str,
+        n: int = 3,
+        tick_ms: int | None = None,
+        election_ticks: int | None = None,
+        log_level: str = "WARNING",
+    ) -> None:
+        ports = free_ports(2 * n)
+        self.nodes = {
+            i: NodeProc(
+                i,
+                f"127.0.0.1:{ports[2 * (i - 1)]}",
+                f"127.0.0.1:{ports[2 * (i - 1) + 1]}",
+                os.path.join(base_dir, f"node{i}"),
+            )
+            for i in range(1, n + 1)
+        }
+        self.peers = ",".join(f"{i}={nd.raft}" for i, nd in self.nodes.items())
+        self.extra: list[str] = []
+        if tick_ms is not None:
+            self.extra += ["--tick-ms", str(tick_ms)]
+        if election_ticks is not None:
+            self.extra += ["--election-ticks", str(election_ticks)]
+        self.log_level = log_level
+        self.base_dir = base_dir
+
+    def start(self, i: int | None = None) -> None:
+        for nd in [self.nodes[i]] if i else self.nodes.values():
+            os.makedirs(nd.data_dir, exist_ok=True)
+            log = open(os.path.join(self.base_dir, f"node{nd.id}.log"), "ab")  # noqa: SIM115
+            nd.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "raftlog.node_process",
+                    "--id",
+                    str(nd.id),
+                    "--raft",
+                    nd.raft,
+                    "--control",
+                    nd.control,
+                    "--peers",
+                    self.peers,
+                    "--data-dir",
+                    nd.data_dir,
+                    "--log-level",
+                    self.log_level,
+                    *self.extra,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            log.close()
+
+    def kill(self, i: int) -> None:
+        """SIGKILL node i and reap it."""
+        nd = self.nodes[i]
+        if nd.proc is not None and nd.proc.poll() is None:
+            nd.proc.send_signal(signal.SIGKILL)
+            nd.proc.wait()
+        nd.proc = None
+
+    def stop_all(self) -> None:
+        for nd in self.nodes.values():
+            if nd.proc is not None and nd.proc.poll() is None:
+                nd.proc.send_signal(signal.SIGTERM)
+        for nd in self.nodes.values():
+            if nd.proc is not None:
+                try:
+                    nd.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    nd.proc.kill()
+                    nd.proc.wait()
+                nd.proc = None
+
+    def alive(self) -> list[int]:
+        return [i for i, nd in self.nodes.items() if nd.proc is not None and nd.proc.poll() is None]
+
+    async def call(
+        self, i: int, method: str, req: dict | None = None, timeout: float = 30.0
+    ) -> dict:
+        return await control_call(self.nodes[i].control, method, req or {}, timeout)
+
+    async def status(self, i: int) -> dict | None:
+        try:
+            return await self.call(i, "Status", timeout=2.0)
+        except Exception:
+            return None
+
+    async def wait_leader(self, timeout: float = 30.0, exclude: int = 0) -> int:
+        """The id of the node that leads (as every live node agrees), within timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            leads = set()
+            for i in self.alive():
+                st = await self.status(i)
+                if st is not None and st["role"] == "leader" and i != exclude:
+                    leads.add(i)
+            if len(leads) == 1:
+                return leads.pop()
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"no leader within {timeout} s")
