@@ -122,9 +122,12 @@ class RaftLog:
         return self.reader.last_index()
 
     def stable_last(self) -> int:
-        """Last index known durable locally (what the leader may count for itself)."""
-        if self.unstable.snapshot is not None:
-            return min(self.unstable.offset - 1, self.reader.last_index())
+        """Last index known durable locally (what the leader may count for itself).
+
+        Everything below the unstable offset is stable, except while a received
+        snapshot is pending: then the reader is stale and the min keeps the
+        answer at or below the (committed) snapshot index.
+        """
         return min(self.unstable.offset - 1, self.reader.last_index())
 
     def term_at(self, index: int) -> int | None:
