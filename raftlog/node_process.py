@@ -93,6 +93,7 @@ class ControlService:
         size, seconds = int(req["size"]), float(req["seconds"])
         payload = os.urandom(size)
         lat: list[float] = []
+        kinds: dict[str, int] = {}
         errors = 0
         done = 0
         deadline = time.perf_counter() + seconds
@@ -132,8 +133,9 @@ class ControlService:
                         await self.node.apply_batch([payload] * batch)
                         lat.append(time.perf_counter() - t0)
                         done += batch
-                    except RaftError:
+                    except RaftError as exc:
                         errors += 1
+                        kinds[type(exc).__name__] = kinds.get(type(exc).__name__, 0) + 1
                         await asyncio.sleep(0.01)
 
             start = time.perf_counter()
@@ -143,6 +145,7 @@ class ControlService:
         return {
             "entries": done,
             "errors": errors,
+            "error_kinds": kinds,
             "seconds": elapsed,
             "entries_per_s": done / elapsed,
             "mb_s": done * size / elapsed / (1 << 20),
@@ -236,7 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    asyncio.run(serve(args))
+    profile_to = os.environ.get("RAFTLOG_PROFILE")
+    if profile_to:  # developer aid: cProfile the whole process, written at exit
+        import cProfile
+
+        cProfile.runctx("asyncio.run(serve(args))", globals(), locals(), f"{profile_to}.{args.id}")
+    else:
+        asyncio.run(serve(args))
     return 0
 
 

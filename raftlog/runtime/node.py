@@ -103,6 +103,8 @@ class RaftNode:
         self._pipeline: collections.deque[tuple[Ready, asyncio.Future | None]] = collections.deque()
         self._apply_q: asyncio.Queue = asyncio.Queue()
         self._waiters: dict[int, _Waiter] = {}
+        self._proposals: list[tuple[bytes, asyncio.Future, float]] = []
+        self._pending_count = 0  # queued + proposed, not yet completed
         self._reads: dict[bytes, _Waiter] = {}
         self._read_seq = 0
         self._applied_waiters: list[tuple[int, asyncio.Future]] = []
@@ -173,30 +175,55 @@ class RaftNode:
         NotLeaderError (with a leader hint) or BusyError: nothing was proposed.
         LeaderChangedError / ProposalTimeoutError: the outcome is unknown.
         """
-        return (await self.apply_batch([data], timeout))[0]
+        fut = self._enqueue_proposals((data,), timeout)[0]
+        return await fut
 
     async def apply_batch(
         self, datas: Sequence[bytes], timeout: float | None = None
     ) -> list[ApplyResult]:
         """As apply(), for several entries proposed together (consecutive indexes)."""
+        futs = self._enqueue_proposals(datas, timeout)
+        return list(await asyncio.gather(*futs))
+
+    def _enqueue_proposals(
+        self, datas: Sequence[bytes], timeout: float | None
+    ) -> list[asyncio.Future]:
+        """braft's ApplyQueue: proposals made while the raft loop runs are
+        proposed together in its next iteration, one batch, one broadcast."""
         self._check_running()
-        if len(self._waiters) + len(datas) > self.options.max_pending_proposals:
-            raise BusyError(f"{len(self._waiters)} proposals pending; retry later")
-        try:
-            placed = self.core.propose_batch(list(datas))
-        except core.NotLeaderError as exc:
-            raise NotLeaderError(exc.leader, self.peers.get(exc.leader)) from None
-        except core.ProposalDroppedError as exc:
-            raise LeaderChangedError(f"proposal refused: {exc}") from None
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id, self.peers.get(self.leader_id))
+        if self._pending_count + len(datas) > self.options.max_pending_proposals:
+            raise BusyError(f"{self._pending_count} proposals pending; retry later")
         deadline = time.monotonic() + (timeout or self.options.proposal_timeout_s)
         futs = []
-        for index, term in placed:
-            fut = self._loop.create_future()
-            self._waiters[index] = _Waiter(term, fut, deadline)
+        create = self._loop.create_future
+        for data in datas:
+            fut = create()
+            self._proposals.append((data, fut, deadline))
             futs.append(fut)
-        self.stats.proposals += len(placed)
+        self._pending_count += len(datas)
         self._wake.set()
-        return list(await asyncio.gather(*futs))
+        return futs
+
+    def _propose_queued(self) -> None:
+        batch, self._proposals = self._proposals, []
+        try:
+            placed = self.core.propose_batch([d for d, _, _ in batch])
+        except core.NotLeaderError as exc:
+            err: Exception = NotLeaderError(exc.leader, self.peers.get(exc.leader))
+        except core.ProposalDroppedError as exc:
+            err = LeaderChangedError(f"proposal refused: {exc}")
+        else:
+            waiters = self._waiters
+            for (index, term), (_, fut, deadline) in zip(placed, batch, strict=True):
+                waiters[index] = _Waiter(term, fut, deadline)
+            self.stats.proposals += len(placed)
+            return
+        self._pending_count -= len(batch)
+        for _, fut, _ in batch:
+            if not fut.done():
+                fut.set_exception(err)
 
     async def read_index(self, timeout: float | None = None) -> int:
         """A linearizable read point: returns once this node applied up to an
@@ -250,7 +277,7 @@ class RaftNode:
             "last_index": self.queue.last_index(),
             "durable_index": self.queue.durable_index,
             "first_index": self.queue.first_index(),
-            "pending_proposals": len(self._waiters),
+            "pending_proposals": self._pending_count,
         }
         if self.role is Role.LEADER:
             st["followers"] = {
@@ -291,6 +318,8 @@ class RaftNode:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
+                if self._proposals:
+                    self._propose_queued()
                 while self.core.has_ready():
                     rd = self.core.ready()
                     self.stats.readies += 1
@@ -400,7 +429,10 @@ class RaftNode:
         if waiters:
             for e, r in zip(data, results, strict=False):
                 w = waiters.pop(e.index, None)
-                if w is None or w.future.done():
+                if w is None:
+                    continue
+                self._pending_count -= 1
+                if w.future.done():
                     continue
                 if w.term == e.term:
                     w.future.set_result(ApplyResult(e.index, e.term, r))
@@ -411,6 +443,8 @@ class RaftNode:
             for e in entries:
                 if e.type is not EntryType.DATA:
                     w = waiters.pop(e.index, None)
+                    if w is not None:
+                        self._pending_count -= 1
                     if w is not None and not w.future.done():
                         w.future.set_exception(
                             LeaderChangedError(f"entry {e.index} was replaced by a later leader")
@@ -467,6 +501,8 @@ class RaftNode:
             now = time.monotonic()
             for table in (self._waiters, self._reads):
                 expired = [k for k, w in table.items() if w.deadline <= now]
+                if table is self._waiters:
+                    self._pending_count -= len(expired)
                 for k in expired:
                     w = table.pop(k)
                     if not w.future.done():
@@ -494,6 +530,11 @@ class RaftNode:
             self.fsm.on_leader_stop()
 
     def _fail_waiters(self, exc: Exception) -> None:
+        queued, self._proposals = self._proposals, []
+        for _, fut, _ in queued:
+            if not fut.done():
+                fut.set_exception(exc)
+        self._pending_count = 0
         for table in (self._waiters, self._reads):
             for w in table.values():
                 if not w.future.done():

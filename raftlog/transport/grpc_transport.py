@@ -25,8 +25,9 @@ import grpc
 
 from raftlog.core.messages import Message
 from raftlog.transport import raft_pb2 as pb
-from raftlog.transport.codec import DecodeLimits, InvalidMessageError, decode_batch, encode_batch
+from raftlog.transport.codec import DecodeLimits, InvalidMessageError, decode_batch
 from raftlog.transport.errors import TransportError
+from raftlog.transport.wire import EntryEncoder, encode_batch_bytes
 
 log = logging.getLogger("raftlog.transport")
 
@@ -111,10 +112,9 @@ class _PeerSender:
             channel = grpc.aio.insecure_channel(self.address, options=self.t._channel_options)
             pending: list[Message] = []
             try:
+                # Requests are already-serialized MessageBatch bytes (wire.py).
                 call = channel.stream_unary(
-                    _SEND_PATH,
-                    request_serializer=pb.MessageBatch.SerializeToString,
-                    response_deserializer=pb.SendSummary.FromString,
+                    _SEND_PATH, response_deserializer=pb.SendSummary.FromString
                 )()
                 while not self.t._closed:
                     if not self.queue:
@@ -122,7 +122,7 @@ class _PeerSender:
                         await self.wakeup.wait()
                         continue
                     pending = self._take_batch()
-                    await call.write(encode_batch(pending))
+                    await call.write(encode_batch_bytes(pending, self.t._entry_encoder))
                     self.t.stats.sent_messages += len(pending)
                     self.t.stats.sent_batches += 1
                     pending = []
@@ -189,6 +189,7 @@ class GrpcTransport:
         self._server: grpc.aio.Server | None = None
         self._senders: dict[int, _PeerSender] = {}
         self._closed = False
+        self._entry_encoder = EntryEncoder()  # shared: followers get the same entries
         self.bound_port: int | None = None
         n = self.options.max_message_bytes
         self._channel_options = [
