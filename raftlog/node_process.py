@@ -130,7 +130,10 @@ class ControlService:
                 while time.perf_counter() < deadline:
                     t0 = time.perf_counter()
                     try:
-                        await self.node.apply_batch([payload] * batch)
+                        if batch == 1:
+                            await self.node.apply(payload)
+                        else:
+                            await self.node.apply_batch([payload] * batch)
                         lat.append(time.perf_counter() - t0)
                         done += batch
                     except RaftError as exc:

@@ -100,7 +100,10 @@ class RaftNode:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._persist_wake = asyncio.Event()
-        self._pipeline: collections.deque[tuple[Ready, asyncio.Future | None]] = collections.deque()
+        self._pipeline: collections.deque[tuple[Ready, asyncio.Future | None, bool]] = (
+            collections.deque()
+        )
+        self._parked_commits = 0
         self._apply_q: asyncio.Queue = asyncio.Queue()
         self._waiters: dict[int, _Waiter] = {}
         self._proposals: list[tuple[bytes, asyncio.Future, float]] = []
@@ -348,8 +351,27 @@ class RaftNode:
             if (hs.term, hs.vote) != (self._saved_hs.term, self._saved_hs.vote):
                 last = self.queue.save_hard_state(hs)
                 self._saved_hs = hs
-        self._pipeline.append((rd, last))
+        # Committed entries need only be durable HERE (they are on a quorum):
+        # release them now when they are, instead of queueing them behind this
+        # Ready's unrelated fsync. Order is kept: once one batch waits, every
+        # later one waits behind it; a snapshot always goes through the queue.
+        parked = False
+        if rd.committed_entries:
+            if (
+                self._parked_commits
+                or rd.snapshot is not None
+                or rd.committed_entries[-1].index > self.queue.durable_index
+            ):
+                parked = True
+                self._parked_commits += 1
+            else:
+                self._release_committed(rd.committed_entries)
+        self._pipeline.append((rd, last, parked))
         self._persist_wake.set()
+
+    def _release_committed(self, entries: list[LogEntry]) -> None:
+        self._apply_q.put_nowait(entries)
+        self.core.on_applied(entries[-1].index)
 
     async def _persist_snapshot(self, snap: Snapshot) -> asyncio.Future:
         meta = snap.meta
@@ -361,28 +383,37 @@ class RaftNode:
         return self.queue.reset(meta.index + 1, meta)
 
     async def _persist_loop(self) -> None:
+        """Readies in order, each once its disk work is durable: send its
+        messages, release parked committed entries, report persistence."""
+        core_ = self.core
         try:
             while True:
                 if not self._pipeline:
                     self._persist_wake.clear()
                     await self._persist_wake.wait()
                     continue
-                rd, fut = self._pipeline[0]
+                rd, fut, parked = self._pipeline[0]
                 if fut is not None:
                     await fut  # this Ready's writes (and all before them) are durable
                 self._pipeline.popleft()
                 if rd.messages:
                     self.transport.send(rd.messages)
+                if rd.hard_state is not None:
+                    core_.on_hard_state_persisted(rd.hard_state)
                 if rd.snapshot is not None:
                     self.stats.snapshots_installed += 1
                     self._apply_q.put_nowait(rd.snapshot)
-                if rd.committed_entries:
-                    self._apply_q.put_nowait(rd.committed_entries)
+                    core_.on_snapshot_persisted(rd.snapshot.meta.index)
+                if rd.entries:
+                    last = rd.entries[-1]
+                    core_.on_persisted(last.index, last.term)
+                if parked:
+                    self._parked_commits -= 1
+                    self._release_committed(rd.committed_entries)
                 for rs in rd.read_states:
                     w = self._reads.pop(rs.context, None)
                     if w is not None and not w.future.done():
                         w.future.set_result(rs.index)
-                self.core.advance(rd)
                 self._wake.set()
         except Exception as exc:
             self._fail(exc)
