@@ -29,6 +29,11 @@ class QueueLogReader:
             return []
         return self.queue.read(lo, hi - lo, max_bytes)
 
+    def config_entries(self) -> list[LogEntry]:
+        """The durable CONFIG entries, found through the storage's config index."""
+        store = self.queue.store
+        return [store.entry(i) for i in store.config_indexes()]
+
     def snapshot_meta(self) -> SnapshotMeta:
         return self.snapshots.latest_meta()
 

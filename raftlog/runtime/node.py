@@ -85,8 +85,9 @@ class RaftNode:
         options: NodeOptions | None = None,
         group_id: int = 0,
         seed: int | None = None,
+        join: bool = False,
     ) -> None:
-        if node_id not in peers:
+        if node_id not in peers and not join:
             raise ValueError(f"peers must include this node ({node_id})")
         self.id = node_id
         self.data_dir = data_dir
@@ -96,6 +97,9 @@ class RaftNode:
         self.options = options or NodeOptions()
         self.group_id = group_id
         self.stats = NodeStats()
+        # A joining node starts with no voters: it never campaigns, and learns
+        # the membership from the leader's log (after add_learner/add_voter).
+        self._join = join
         self._seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -141,7 +145,7 @@ class RaftNode:
         self._last_hs = self._saved_hs = hs
         cfg = core.RaftConfig(
             id=self.id,
-            peers=sorted(self.peers),
+            peers=() if self._join else sorted(self.peers),
             election_tick=opts.election_ticks,
             heartbeat_tick=opts.heartbeat_ticks,
             max_msg_bytes=opts.max_append_bytes,
@@ -264,6 +268,43 @@ class RaftNode:
                 raise ProposalTimeoutError(f"leadership did not move to {target}")
             await asyncio.sleep(self.options.tick_ms / 1000)
 
+    async def add_learner(self, node_id: int, address: str, timeout: float | None = None) -> int:
+        """Add a non-voting member that replicates the log; returns the config entry's index."""
+        return await self._change_membership("add_learner", node_id, address, timeout)
+
+    async def add_voter(self, node_id: int, address: str, timeout: float | None = None) -> int:
+        """Add a voter (or promote a learner); one change at a time."""
+        return await self._change_membership("add_voter", node_id, address, timeout)
+
+    async def remove_node(self, node_id: int, timeout: float | None = None) -> int:
+        """Remove a voter or learner; one change at a time."""
+        return await self._change_membership("remove_node", node_id, None, timeout)
+
+    async def _change_membership(
+        self, op: str, node_id: int, address: str | None, timeout: float | None
+    ) -> int:
+        self._check_running()
+        if address is not None:
+            self.peers[node_id] = address
+            self.transport.add_peer(node_id, address)
+        try:
+            index, term = getattr(self.core, op)(node_id)
+        except core.NotLeaderError as exc:
+            raise NotLeaderError(exc.leader, self.peers.get(exc.leader)) from None
+        except core.ProposalDroppedError as exc:
+            raise BusyError(f"membership change refused now: {exc}") from None
+        fut = self._loop.create_future()
+        deadline = time.monotonic() + (timeout or self.options.proposal_timeout_s)
+        self._waiters[index] = _Waiter(term, fut, deadline)
+        self._pending_count += 1
+        self._wake.set()
+        await fut
+        return index
+
+    def membership(self) -> dict[str, list[int]]:
+        m = self.core.membership
+        return {"voters": sorted(m.voters), "learners": sorted(m.learners)}
+
     def is_leader(self) -> bool:
         return self.role is Role.LEADER
 
@@ -282,6 +323,7 @@ class RaftNode:
             "first_index": self.queue.first_index(),
             "pending_proposals": self._pending_count,
         }
+        st["membership"] = self.membership()
         if self.role is Role.LEADER:
             st["followers"] = {
                 pid: {"match": pr.match, "next": pr.next, "state": pr.state.name.lower()}
@@ -474,9 +516,14 @@ class RaftNode:
             for e in entries:
                 if e.type is not EntryType.DATA:
                     w = waiters.pop(e.index, None)
-                    if w is not None:
-                        self._pending_count -= 1
-                    if w is not None and not w.future.done():
+                    if w is None:
+                        continue
+                    self._pending_count -= 1
+                    if w.future.done():
+                        continue
+                    if w.term == e.term:  # a membership change we proposed
+                        w.future.set_result(ApplyResult(e.index, e.term, None))
+                    else:
                         w.future.set_exception(
                             LeaderChangedError(f"entry {e.index} was replaced by a later leader")
                         )

@@ -7,6 +7,8 @@ Databases inside the LMDB environment:
   entries   u64be index -> Location (segment first index, position, frame length, term)
   segments  u64be segment first index -> (last index, end position) once sealed
   meta      name -> value: hard_state, first_index, checkpoint, snapshot, truncate_intent
+  configs   u64be index -> b"" for every CONFIG entry (membership changes), so a
+            restart finds the membership history without reading the log
 
 Durability: the environment runs with metasync off, so a commit flushes its
 data pages but a power cut may undo the newest transaction. That is fine for
@@ -89,7 +91,7 @@ class LogIndex:
         self.env = lmdb.open(
             path,
             map_size=map_size,
-            max_dbs=4,
+            max_dbs=5,
             metasync=False,
             sync=True,
             readahead=False,
@@ -100,6 +102,7 @@ class LogIndex:
         self._entries = self.env.open_db(b"entries")
         self._segments = self.env.open_db(b"segments")
         self._meta = self.env.open_db(b"meta")
+        self._configs = self.env.open_db(b"configs")
 
     def close(self) -> None:
         self.env.close()
@@ -144,6 +147,10 @@ class LogIndex:
     def count_entries(self) -> int:
         with self.env.begin(db=self._entries) as txn:
             return txn.stat(self._entries)["entries"]
+
+    def config_indexes(self) -> list[int]:
+        with self.env.begin(db=self._configs) as txn:
+            return [_KEY.unpack(k)[0] for k in txn.cursor().iternext(keys=True, values=False)]
 
     def hard_state(self) -> HardState:
         raw = self._get_meta(_HARD_STATE_KEY)
@@ -204,19 +211,25 @@ class IndexWriter:
         cur.putmulti(items, append=True, overwrite=True)
 
     def delete_from(self, index: int) -> None:
-        """Remove every entry >= index."""
-        cur = self._txn.cursor(db=self._ix._entries)
-        if cur.set_range(_KEY.pack(index)):
-            while cur.delete():
-                pass
+        """Remove every entry (and config marker) >= index."""
+        for db in (self._ix._entries, self._ix._configs):
+            cur = self._txn.cursor(db=db)
+            if cur.set_range(_KEY.pack(index)):
+                while cur.delete():
+                    pass
+
+    def put_configs(self, indexes: list[int]) -> None:
+        for i in indexes:
+            self._txn.put(_KEY.pack(i), b"", db=self._ix._configs)
 
     def delete_below(self, index: int) -> None:
-        """Remove every entry < index (walks the removed range once)."""
-        cur = self._txn.cursor(db=self._ix._entries)
-        if cur.first():
-            while (key := cur.key()) and _KEY.unpack(key)[0] < index:
-                if not cur.delete():
-                    break
+        """Remove every entry and config marker < index (walks the removed range once)."""
+        for db in (self._ix._entries, self._ix._configs):
+            cur = self._txn.cursor(db=db)
+            if cur.first():
+                while (key := cur.key()) and _KEY.unpack(key)[0] < index:
+                    if not cur.delete():
+                        break
 
     def seal_segment(self, segment: int, last_index: int, end: int) -> None:
         self._txn.put(_KEY.pack(segment), _SEALED.pack(last_index, end), db=self._ix._segments)

@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from raftlog.entry import HardState, LogEntry, SnapshotMeta
+from raftlog.entry import EntryType, HardState, LogEntry, SnapshotMeta
 from raftlog.storage.errors import (
     CorruptLogError,
     DataDirLockedError,
@@ -89,6 +89,8 @@ class LogStore:
         self._pending: list[Location] = []
         self._pending_base = 1
         self._pending_bytes = 0
+        # CONFIG entry indexes: those <= the checkpoint are in LMDB, the rest here
+        self._pending_configs: list[int] = []
         self._first = 1
         self._prev_term = 0  # term of entry first-1 (the snapshot's), 0 if none
         self._last = 0
@@ -250,6 +252,8 @@ class LogStore:
             for fr in frames:
                 self._pending.append(Location(seg.first_index, fr.position, fr.length, fr.term))
                 self._pending_bytes += fr.length
+                if fr.etype == EntryType.CONFIG:
+                    self._pending_configs.append(fr.index)
             if frames:
                 expect = frames[-1].index + 1
                 prev_term = frames[-1].term
@@ -405,6 +409,17 @@ class LogStore:
     def snapshot_meta(self) -> SnapshotMeta:
         return self._snapshot
 
+    def config_indexes(self) -> list[int]:
+        """Indexes of the CONFIG entries in [first_index, last_index], ascending.
+
+        Lets a restarting node rebuild its membership history without reading
+        the whole log (only these entries)."""
+        with self._lock:
+            pending = list(self._pending_configs)
+            first, last = self._first, self._last
+        stored = self._index.config_indexes()
+        return [i for i in stored + pending if first <= i <= last]
+
     def term_at(self, index: int) -> int | None:
         """Term of entry index; the snapshot term for first_index-1; None outside."""
         with self._lock:
@@ -547,9 +562,12 @@ class LogStore:
         self._written = entries[-1].index
         if sync:
             self.sync()
+        configs = [e.index for e in entries if e.type is EntryType.CONFIG]
         with self._lock:
             self._pending.extend(new_locs)
             self._pending_bytes += sum(loc.length for loc in new_locs)
+            if configs:
+                self._pending_configs.extend(configs)
             self._last = entries[-1].index
             self._last_term = entries[-1].term
         self.stats.appended_entries += len(entries)
@@ -620,6 +638,7 @@ class LogStore:
         with self._lock:
             pending = list(self._pending)
             base = self._pending_base
+            configs = [i for i in self._pending_configs if i < base + len(pending)]
         if not pending and seal is None:
             return
         last = base + len(pending) - 1
@@ -632,7 +651,10 @@ class LogStore:
                 )
             if seal is not None:
                 w.seal_segment(seal.first_index, seal.last_index, seal.end)
+            if configs:
+                w.put_configs(configs)
         with self._lock:
+            self._pending_configs = self._pending_configs[len(configs) :]
             del self._pending[: len(pending)]
             self._pending_base = base + len(pending)
             self._pending_bytes = sum(loc.length for loc in self._pending)
@@ -667,6 +689,7 @@ class LogStore:
                 seg.close()
             self._segments = self._segments[: k if whole else k + 1]
             self._seg_firsts = [s.first_index for s in self._segments]
+            self._pending_configs = [i for i in self._pending_configs if i < from_index]
             if from_index >= self._pending_base:
                 del self._pending[from_index - self._pending_base :]
             else:
@@ -808,6 +831,7 @@ class LogStore:
             self._last, self._last_term = next_index - 1, snapshot.term
             self._written, self._sync_base = next_index - 1, next_index
             self._pending.clear()
+            self._pending_configs.clear()
             self._pending_base = next_index
             self._pending_bytes = 0
             self._snapshot = snapshot

@@ -106,6 +106,7 @@ class FrameInfo(NamedTuple):
     term: int
     position: int  # byte offset of the frame header in its segment file
     length: int  # whole frame: header + payload
+    etype: int = 1  # entry type code (EntryType)
 
 
 class ScanStop(NamedTuple):
@@ -347,9 +348,9 @@ class Segment:
             stop = _check_frame(buf, off, index, term, max_frame)
             if stop is not None:
                 return frames, ScanStop(start + off, stop)
-            _, _, n, _, fterm, _, _ = FRAME_HEADER.unpack_from(buf, off)
+            _, _, n, _, fterm, _, ftype = FRAME_HEADER.unpack_from(buf, off)
             flen = FRAME_HEADER_SIZE + n
-            frames.append(FrameInfo(index, fterm, start + off, flen))
+            frames.append(FrameInfo(index, fterm, start + off, flen, ftype))
             off += flen
             index += 1
             term = fterm

@@ -54,7 +54,7 @@ class LocalCluster:
         self.nodes: dict[int, RaftNode] = {}
         self.fsms: dict[int, RecordingFSM] = {}
 
-    async def start_node(self, i: int) -> RaftNode:
+    async def start_node(self, i: int, join: bool = False) -> RaftNode:
         fsm = RecordingFSM()
         node = RaftNode(
             i,
@@ -64,6 +64,7 @@ class LocalCluster:
             self.net.transport(i),
             self.options,
             seed=i,
+            join=join,
         )
         await node.start()
         self.nodes[i], self.fsms[i] = node, fsm

@@ -106,3 +106,67 @@ def test_snapshot_compacts_and_a_new_node_state_is_rebuilt(tmp_path):
         await c.stop()
 
     run(main())
+
+
+def test_membership_learner_promotion_and_removal(tmp_path):
+    async def main():
+        c = LocalCluster(str(tmp_path))
+        await c.start()
+        leader = await c.leader()
+        await asyncio.gather(*(leader.apply(b"m%d" % i) for i in range(30)))
+        joiner = await c.start_node(4, join=True)
+        assert joiner.membership()["voters"] == []  # never campaigns before it has the log
+        await leader.add_learner(4, "local:4")
+        await wait_until(lambda: len(c.fsms[4].applied) == 30, what="learner catches up")
+        assert leader.membership() == {"voters": [1, 2, 3], "learners": [4]}
+        await leader.add_voter(4, "local:4")
+        assert leader.membership()["voters"] == [1, 2, 3, 4]
+        victim = next(i for i in (1, 2, 3) if i != leader.id)
+        await leader.remove_node(victim)
+        await c.stop_node(victim)
+        # Three voters left (leader, the other original, 4): still a quorum.
+        r = await leader.apply(b"after-change")
+        await wait_until(
+            lambda: any(d == b"after-change" for _, d in c.fsms[4].applied),
+            what="new voter applies",
+        )
+        assert leader.membership()["voters"] == sorted({1, 2, 3, 4} - {victim})
+        assert r.index > 30
+        await c.stop()
+
+    run(main())
+
+
+def test_stale_and_foreign_messages_are_harmless(tmp_path):
+    from raftlog.core.messages import AppendEntries, RequestVote
+    from raftlog.entry import EntryType, LogEntry
+
+    async def main():
+        c = LocalCluster(str(tmp_path))
+        await c.start()
+        leader = await c.leader()
+        await asyncio.gather(*(leader.apply(b"s%d" % i) for i in range(10)))
+        follower = next(n for n in c.nodes.values() if not n.is_leader())
+        term = leader.core.term
+        # A deposed leader's append from an old term, and a vote request from a
+        # stale candidate: both must be refused without touching the log.
+        follower._on_messages(
+            [
+                AppendEntries(
+                    src=leader.id,
+                    dst=follower.id,
+                    term=term - 1 if term > 1 else 0,
+                    prev_index=2,
+                    prev_term=1,
+                    entries=[LogEntry(3, 1, EntryType.DATA, b"evil")],
+                ),
+                RequestVote(src=leader.id, dst=follower.id, term=term, last_index=0, last_term=0),
+            ]
+        )
+        await asyncio.gather(*(leader.apply(b"t%d" % i) for i in range(10)))
+        await wait_until(lambda: len(c.fsms[follower.id].applied) == 20, what="follower applies")
+        assert all(d != b"evil" for _, d in c.fsms[follower.id].applied)
+        assert leader.is_leader() and leader.core.term == term
+        await c.stop()
+
+    run(main())

@@ -89,7 +89,9 @@ def test_truncation_is_ordered_with_appends(tmp_path):
         ]
         await q.close()
         s = LogStore.open(str(tmp_path / "q"))
-        assert [(e.index, e.term) for e in s.read(1, 100, 10**9)] == [(e.index, e.term) for e in got]
+        assert [(e.index, e.term) for e in s.read(1, 100, 10**9)] == [
+            (e.index, e.term) for e in got
+        ]
         s.close()
 
     run(main())

@@ -17,7 +17,13 @@ OPTS = StorageOptions(segment_bytes=4096, index_checkpoint_entries=5, index_chec
 
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("append"), st.integers(1, 12), st.integers(0, 2), st.integers(0, 700)),
+        st.tuples(
+            st.just("append"),
+            st.integers(1, 12),
+            st.integers(0, 2),
+            st.integers(0, 700),
+            st.sampled_from([EntryType.DATA, EntryType.DATA, EntryType.CONFIG, EntryType.NOOP]),
+        ),
         st.tuples(st.just("truncate_suffix"), st.integers(0, 40)),
         st.tuples(st.just("truncate_prefix"), st.integers(0, 40)),
         st.tuples(st.just("reset"), st.integers(1, 30)),
@@ -34,6 +40,7 @@ class Model:
         self.first = 1
         self.prev_term = 0
         self.entries: dict[int, tuple[int, bytes]] = {}
+        self.types: dict[int, EntryType] = {}
         self.last = 0
 
     @property
@@ -54,6 +61,9 @@ def check(store: LogStore, model: Model) -> None:
         mid = (model.first + model.last) // 2
         assert store.term_at(mid) == model.entries[mid][0]
     assert store.term_at(model.last + 1) is None
+    assert store.config_indexes() == [
+        i for i in range(model.first, model.last + 1) if model.types.get(i) is EntryType.CONFIG
+    ]
 
 
 @settings(
@@ -72,13 +82,14 @@ def test_random_operations_match_the_model(op_list):
         for op in op_list:
             kind = op[0]
             if kind == "append":
-                _, n, bump, size = op
+                _, n, bump, size, etype = op
                 term = model.last_term + bump or 1
                 batch = []
                 for i in range(model.last + 1, model.last + 1 + n):
                     data = payload(i, term, size)
-                    batch.append(LogEntry(i, term, EntryType.DATA, data))
+                    batch.append(LogEntry(i, term, etype, data))
                     model.entries[i] = (term, data)
+                    model.types[i] = etype
                 store.append(batch)
                 model.last += n
             elif kind == "truncate_suffix":
@@ -97,6 +108,7 @@ def test_random_operations_match_the_model(op_list):
                 store.reset(nxt, SnapshotMeta(nxt - 1, term, b""))
                 model.first, model.last, model.prev_term = nxt, nxt - 1, term
                 model.entries.clear()
+                model.types.clear()
             elif kind == "hard_state":
                 hs = op[1]
                 store.save_hard_state(store.hard_state()._replace(term=hs))
