@@ -324,6 +324,13 @@ class RaftNode:
             "pending_proposals": self._pending_count,
         }
         st["membership"] = self.membership()
+        qs, ss = self.queue.stats, self.queue.store.stats
+        st["disk"] = {
+            "batches": qs.batches,
+            "fsyncs": ss.syncs,
+            "busy_seconds": round(qs.write_seconds, 3),
+            "appended_entries": ss.appended_entries,
+        }
         if self.role is Role.LEADER:
             st["followers"] = {
                 pid: {"match": pr.match, "next": pr.next, "state": pr.state.name.lower()}
