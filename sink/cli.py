@@ -1,15 +1,144 @@
 """The `raftsink` command line.
 
-Subcommands present now:
-    verify DIR      read-only integrity check of a node's data directory
-    demo            the main job (today: the storage crash-and-recover demo)
+raftsink serve   run one node (config from --config FILE, RAFTSINK_* variables, flags)
+raftsink local   a 3-node cluster on 127.0.0.1 as subprocesses; prints the bootstrap servers
+raftsink status  role, term, commit/applied index, lag and partitions of every node
+raftsink verify  read-only integrity check of a stopped node's storage
+raftsink demo    the main job on the embedded default
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import logging
+import os
+import shutil
+import signal
 import sys
+import tempfile
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from sink.config import ConfigError, load_config
+    from sink.server import serve
+
+    overrides = {
+        "node_id": args.node_id,
+        "data_dir": args.data_dir,
+        "peers": args.peers,
+        "raft_listen": args.raft_listen,
+        "kafka_listen": args.kafka_listen,
+        "read_api_listen": args.read_api_listen,
+        "metrics_listen": args.metrics_listen,
+        "cluster_id": args.cluster_id,
+        "default_partitions": args.default_partitions,
+        "auto_create_topics": False if args.no_auto_create_topics else None,
+        "tick_ms": args.tick_ms,
+        "election_ticks": args.election_ticks,
+        "max_frame_bytes": args.max_frame_bytes,
+        "write_caching": True if args.write_caching else None,
+        "log_level": args.log_level,
+    }
+    try:
+        config = load_config(args.config, overrides=overrides)
+    except ConfigError as exc:
+        print(f"raftsink serve: configuration error: {exc}", file=sys.stderr)
+        return 2
+    _setup_logging(config.log_level)
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:
+        print(f"raftsink serve: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_local(args: argparse.Namespace) -> int:
+    from sink.local_cluster import LocalSinkCluster
+
+    own = args.data_dir is None
+    base = args.data_dir or tempfile.mkdtemp(prefix="raftsink-local-")
+    cluster = LocalSinkCluster(base, n=args.nodes, default_partitions=args.partitions)
+    stop = {"flag": False}
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    cluster.start()
+    try:
+        leader = asyncio.run(cluster.wait_ready())
+    except (TimeoutError, RuntimeError) as exc:
+        print(f"raftsink local: cluster did not start: {exc}", file=sys.stderr)
+        cluster.stop()
+        return 1
+    path = cluster.write_cluster_file()
+    print(cluster.bootstrap_servers, flush=True)
+    print(
+        f"raftsink local: {args.nodes} nodes up (leader: node {leader}); data in {base}; "
+        f"cluster file {path}; Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+    while not stop["flag"]:
+        signal.pause() if hasattr(signal, "pause") else None
+        bad = cluster.exited()
+        if bad:
+            print(f"raftsink local: node(s) exited unexpectedly: {bad}", file=sys.stderr)
+            break
+    print("raftsink local: stopping", file=sys.stderr)
+    cluster.stop()
+    if own and not args.keep:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from sink.read_api import ReadApiClient
+
+    if args.cluster:
+        with open(args.cluster) as f:
+            nodes = {int(i): n["read_api"] for i, n in json.load(f)["nodes"].items()}
+    elif args.nodes:
+        nodes = dict(enumerate(args.nodes.split(","), start=1))
+    else:
+        print("raftsink status: give --cluster FILE or --nodes HOST:PORT,...", file=sys.stderr)
+        return 2
+
+    async def gather() -> dict:
+        out = {}
+        for i, addr in nodes.items():
+            client = ReadApiClient(addr)
+            try:
+                out[i] = await client.status(timeout=3.0)
+            except Exception as exc:
+                details = getattr(exc, "details", None)
+                out[i] = {"error": details() if callable(details) else str(exc)}
+            finally:
+                await client.close()
+        return out
+
+    sts = asyncio.run(gather())
+    if args.json:
+        print(json.dumps(sts, indent=2))
+        return 0
+    commit = max((st.get("commit", 0) for st in sts.values() if "error" not in st), default=0)
+    print(
+        f"{'node':>4} {'role':<13} {'term':>5} {'leader':>6} {'commit':>8} {'applied':>8} {'lag':>6}  partitions"
+    )
+    for i, st in sorted(sts.items()):
+        if "error" in st:
+            print(f"{i:>4} {'unreachable':<13} {st['error']}")
+            continue
+        parts = ", ".join(f"{k}:{v}" for k, v in sorted(st.get("partitions", {}).items())) or "-"
+        print(
+            f"{i:>4} {st['role']:<13} {st['term']:>5} {st['leader']:>6} {st['commit']:>8} "
+            f"{st['applied']:>8} {commit - st['applied']:>6}  {parts}"
+        )
+    return 0 if all("error" not in st for st in sts.values()) else 1
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -19,8 +148,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(msg, file=sys.stderr)
 
+    # A node's data dir holds the log under log/; accept either.
+    target = args.data_dir
+    if os.path.isdir(os.path.join(target, "log", "segments")):
+        target = os.path.join(target, "log")
     try:
-        report = verify_data_dir(args.data_dir, progress=progress)
+        report = verify_data_dir(target, progress=progress)
     except DataDirLockedError as exc:
         print(f"raftsink verify: {exc}", file=sys.stderr)
         return 2
@@ -34,13 +167,56 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return storage_demo(data_dir=args.data_dir, seconds=args.seconds, seed=args.seed)
 
 
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftsink", description=__doc__.splitlines()[0])
-    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    p = sub.add_parser("serve", help="run one node", description="Run one raftsink node.")
+    p.add_argument("--config", help="TOML file with any of the settings below")
+    p.add_argument("--node-id", type=int, help="this node's id (>= 1)")
+    p.add_argument("--data-dir", help="storage directory")
+    p.add_argument("--peers", help="ID=RAFT/KAFKA/READ_API,... for every node, this one included")
+    p.add_argument("--raft-listen", help="bind HOST:PORT for Raft (default: own peers entry)")
+    p.add_argument("--kafka-listen", help="bind HOST:PORT for Kafka (default: own advertised)")
+    p.add_argument("--read-api-listen", help="bind HOST:PORT for the read API")
+    p.add_argument("--metrics-listen", help="HOST:PORT for Prometheus /metrics (default: none)")
+    p.add_argument("--cluster-id", help="cluster id reported to clients (default raftsink)")
+    p.add_argument(
+        "--default-partitions", type=int, help="partitions of auto-created topics (default 1)"
+    )
+    p.add_argument("--no-auto-create-topics", action="store_true", help="refuse unknown topics")
+    p.add_argument("--tick-ms", type=int, help="Raft tick (default 30)")
+    p.add_argument("--election-ticks", type=int, help="election timeout in ticks (default 10)")
+    p.add_argument("--max-frame-bytes", type=int, help="largest Kafka request (default 100 MiB)")
+    p.add_argument("--write-caching", action="store_true", help="relaxed durability (see docs)")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING (default), ERROR")
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("local", help="run a local 3-node cluster until Ctrl-C")
+    p.add_argument(
+        "--data-dir", default=None, help="where to keep data (default: a temp dir, removed)"
+    )
+    p.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
+    p.add_argument("--partitions", type=int, default=1, help="partitions of auto-created topics")
+    p.add_argument("--keep", action="store_true", help="keep the temporary data dir")
+    p.set_defaults(func=_cmd_local)
+
+    p = sub.add_parser("status", help="show every node's Raft and partition state")
+    p.add_argument("--cluster", help="cluster.json written by `raftsink local`")
+    p.add_argument("--nodes", help="read API addresses HOST:PORT,...")
+    p.add_argument("--json", action="store_true", help="raw JSON")
+    p.set_defaults(func=_cmd_status)
+
     p = sub.add_parser("verify", help="check a data directory's segments and index (read-only)")
-    p.add_argument("data_dir", help="the node's storage directory")
+    p.add_argument("data_dir", help="a node's data directory (or its log/ directory)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=_cmd_verify)
 
@@ -54,9 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    if args.command not in ("serve",):
+        _setup_logging(os.environ.get("RAFTSINK_LOG_LEVEL", "WARNING"))
     return args.func(args)
 
 

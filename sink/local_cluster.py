@@ -1,0 +1,187 @@
+"""A local cluster of `raftsink serve` processes on 127.0.0.1.
+
+The embedded default behind `raftsink local`, the demo, the multi-process
+tests and the benchmarks. Each node is a real process with its own data
+directory and three listeners (Raft, Kafka, read API) on free ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from raftlog.local_cluster import free_ports
+from sink.config import Peer, format_peers
+from sink.read_api import ReadApiClient
+
+
+@dataclass
+class SinkProc:
+    peer: Peer
+    data_dir: str
+    log_path: str
+    proc: subprocess.Popen | None = None
+
+
+class LocalSinkCluster:
+    def __init__(
+        self,
+        base_dir: str,
+        n: int = 3,
+        default_partitions: int = 1,
+        extra_args: list[str] | None = None,
+        log_level: str = "WARNING",
+    ) -> None:
+        self.base_dir = os.path.abspath(base_dir)
+        os.makedirs(self.base_dir, exist_ok=True)
+        ports = free_ports(3 * n)
+        self.peers = {
+            i: Peer(
+                i,
+                f"127.0.0.1:{ports[3 * (i - 1)]}",
+                f"127.0.0.1:{ports[3 * (i - 1) + 1]}",
+                f"127.0.0.1:{ports[3 * (i - 1) + 2]}",
+            )
+            for i in range(1, n + 1)
+        }
+        self.nodes = {
+            i: SinkProc(
+                p,
+                os.path.join(self.base_dir, f"node{i}"),
+                os.path.join(self.base_dir, f"node{i}.log"),
+            )
+            for i, p in self.peers.items()
+        }
+        self.args = [
+            "--default-partitions",
+            str(default_partitions),
+            "--log-level",
+            log_level,
+            *(extra_args or []),
+        ]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(p.kafka for p in self.peers.values())
+
+    def write_cluster_file(self) -> str:
+        path = os.path.join(self.base_dir, "cluster.json")
+        with open(path, "w") as f:
+            json.dump(
+                {
+                    "bootstrap_servers": self.bootstrap_servers,
+                    "nodes": {
+                        str(i): {"raft": p.raft, "kafka": p.kafka, "read_api": p.read_api}
+                        for i, p in self.peers.items()
+                    },
+                },
+                f,
+                indent=2,
+            )
+        return path
+
+    def start(self, i: int | None = None) -> None:
+        for n in [self.nodes[i]] if i else self.nodes.values():
+            os.makedirs(n.data_dir, exist_ok=True)
+            with open(n.log_path, "ab") as log:
+                n.proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "sink.cli",
+                        "serve",
+                        "--node-id",
+                        str(n.peer.id),
+                        "--data-dir",
+                        n.data_dir,
+                        "--peers",
+                        format_peers(self.peers),
+                        *self.args,
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    start_new_session=True,  # Ctrl-C in a terminal reaches only the parent
+                )
+
+    def kill(self, i: int) -> None:
+        """SIGKILL node i (a crash)."""
+        n = self.nodes[i]
+        if n.proc is not None and n.proc.poll() is None:
+            n.proc.send_signal(signal.SIGKILL)
+            n.proc.wait()
+        n.proc = None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM every node and wait; SIGKILL what does not stop in time."""
+        for n in self.nodes.values():
+            if n.proc is not None and n.proc.poll() is None:
+                n.proc.send_signal(signal.SIGTERM)
+        for n in self.nodes.values():
+            if n.proc is not None:
+                try:
+                    n.proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    n.proc.kill()
+                    n.proc.wait()
+                n.proc = None
+
+    def alive(self) -> list[int]:
+        return [i for i, n in self.nodes.items() if n.proc is not None and n.proc.poll() is None]
+
+    def exited(self) -> dict[int, int]:
+        """Nodes whose process ended, with exit codes (a node should not exit on its own)."""
+        return {
+            i: n.proc.returncode
+            for i, n in self.nodes.items()
+            if n.proc is not None and n.proc.poll() is not None
+        }
+
+    async def status(self, i: int, timeout: float = 2.0) -> dict | None:
+        client = ReadApiClient(self.peers[i].read_api)
+        try:
+            return await client.status(timeout=timeout)
+        except Exception:
+            return None
+        finally:
+            await client.close()
+
+    async def wait_ready(self, timeout: float = 60.0, exclude: int = 0) -> int:
+        """Wait until every live node answers and they agree on one leader; returns it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last = None
+        while loop.time() < deadline:
+            bad = self.exited()
+            if bad:
+                logs = {i: _tail(self.nodes[i].log_path) for i in bad}
+                raise RuntimeError(f"node(s) exited: {bad}; log tails: {logs}")
+            sts = {i: await self.status(i) for i in self.alive()}
+            last = sts
+            leaders = {st["leader"] for st in sts.values() if st}
+            if (
+                sts
+                and all(st is not None for st in sts.values())
+                and len(leaders) == 1
+                and 0 not in leaders
+                and leaders != {exclude}
+            ):
+                leader = leaders.pop()
+                if sts.get(leader, {}) and sts[leader]["role"] == "leader":
+                    return leader
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"cluster not ready within {timeout} s; last status: {last}")
+
+
+def _tail(path: str, n: int = 2000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - n))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,182 @@
+"""The read API for connectors: partitions, offsets and record batches by offset.
+
+Served by every node from its applied state (followers too). Partitions with
+linearizable=true first runs a Raft ReadIndex so the high watermarks it
+reports include every write acknowledged before the call. Fetch returns whole
+Kafka RecordBatches starting with the one holding `offset` (like Kafka Fetch)
+and waits up to max_wait_ms for data when the reader is caught up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from raftlog.runtime import RaftError
+from sink import read_api_pb2 as pb
+
+log = logging.getLogger("sink.read_api")
+
+SERVICE = "raftsink.SinkRead"
+ERR_NONE, ERR_OFFSET_OUT_OF_RANGE, ERR_UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 3
+MAX_FETCH_BYTES = 64 * 1024 * 1024
+MAX_WAIT_MS = 30_000
+
+
+class ReadApiService:
+    """gRPC handlers over a RaftNode and its SinkStateMachine.
+
+    wait_for_data(topic, partition, offset, timeout_s) -> awaitable: resolves
+    when data at offset may be available (or the timeout passed); supplied by
+    the sink service, which is notified on every apply.
+    """
+
+    def __init__(
+        self,
+        node: Any,
+        fsm: Any,
+        wait_for_data: Callable[[str, int, int, float], Any] | None = None,
+    ) -> None:
+        self.node = node
+        self.fsm = fsm
+        self.wait_for_data = wait_for_data
+
+    async def status(self, req: pb.StatusRequest, ctx: grpc.aio.ServicerContext) -> pb.StatusReply:
+        st = self.node.status()
+        st["partitions"] = {
+            f"{t}/{p}": self.fsm.high_watermark(t, p)
+            for t, info in sorted(self.fsm.topics().items())
+            for p in range(info.partitions)
+        }
+        return pb.StatusReply(json=json.dumps(st))
+
+    async def partitions(
+        self, req: pb.PartitionsRequest, ctx: grpc.aio.ServicerContext
+    ) -> pb.PartitionsReply:
+        if req.linearizable:
+            try:
+                await self.node.read_index()
+            except RaftError as exc:
+                await ctx.abort(grpc.StatusCode.UNAVAILABLE, f"linearizable read failed: {exc}")
+        topics = self.fsm.topics()
+        wanted = list(req.topics) or sorted(topics)
+        out = []
+        for t in wanted:
+            info = topics.get(t)
+            if info is None:
+                continue
+            for p in range(info.partitions):
+                out.append(
+                    pb.PartitionInfo(
+                        topic=t,
+                        partition=p,
+                        log_start_offset=self.fsm.log_start_offset(t, p),
+                        high_watermark=self.fsm.high_watermark(t, p),
+                    )
+                )
+        return pb.PartitionsReply(
+            partitions=out, leader_id=self.node.leader_id, leader_epoch=self.node.core.term
+        )
+
+    async def fetch(self, req: pb.FetchRequest, ctx: grpc.aio.ServicerContext) -> pb.FetchReply:
+        info = self.fsm.topics().get(req.topic)
+        if info is None or not 0 <= req.partition < info.partitions:
+            return pb.FetchReply(
+                error_code=ERR_UNKNOWN_TOPIC_OR_PARTITION,
+                error=f"unknown topic or partition {req.topic}/{req.partition}",
+            )
+        t, p = req.topic, req.partition
+        max_bytes = min(max(req.max_bytes, 1), MAX_FETCH_BYTES)
+        hw = self.fsm.high_watermark(t, p)
+        if req.offset == hw and req.max_wait_ms > 0 and self.wait_for_data is not None:
+            wait_s = min(req.max_wait_ms, MAX_WAIT_MS) / 1000
+            await self.wait_for_data(t, p, req.offset, wait_s)
+            hw = self.fsm.high_watermark(t, p)
+        start = self.fsm.log_start_offset(t, p)
+        if req.offset < start or req.offset > hw:
+            return pb.FetchReply(
+                high_watermark=hw,
+                log_start_offset=start,
+                error_code=ERR_OFFSET_OUT_OF_RANGE,
+                error=f"offset {req.offset} is outside [{start}, {hw}]",
+            )
+        batches = self.fsm.read(t, p, req.offset, max_bytes) if req.offset < hw else []
+        return pb.FetchReply(
+            batches=[pb.Batch(base_offset=b, data=d) for b, d in batches],
+            high_watermark=hw,
+            log_start_offset=start,
+        )
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        def unary(fn, req_cls, resp_cls):
+            return grpc.unary_unary_rpc_method_handler(
+                fn,
+                request_deserializer=req_cls.FromString,
+                response_serializer=resp_cls.SerializeToString,
+            )
+
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "Status": unary(self.status, pb.StatusRequest, pb.StatusReply),
+                "Partitions": unary(self.partitions, pb.PartitionsRequest, pb.PartitionsReply),
+                "Fetch": unary(self.fetch, pb.FetchRequest, pb.FetchReply),
+            },
+        )
+
+
+class ReadApiClient:
+    """A small async client of the read API (used by `raftsink status` and connectors)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel = grpc.aio.insecure_channel(
+            address, options=[("grpc.max_receive_message_length", MAX_FETCH_BYTES + (1 << 20))]
+        )
+
+    def _call(self, method: str, req_cls: Any, resp_cls: Any):
+        return self._channel.unary_unary(
+            f"/{SERVICE}/{method}",
+            request_serializer=req_cls.SerializeToString,
+            response_deserializer=resp_cls.FromString,
+        )
+
+    async def status(self, timeout: float = 5.0) -> dict:
+        reply = await self._call("Status", pb.StatusRequest, pb.StatusReply)(
+            pb.StatusRequest(), timeout=timeout
+        )
+        return json.loads(reply.json)
+
+    async def partitions(
+        self, topics: list[str] | None = None, linearizable: bool = False, timeout: float = 10.0
+    ) -> pb.PartitionsReply:
+        return await self._call("Partitions", pb.PartitionsRequest, pb.PartitionsReply)(
+            pb.PartitionsRequest(topics=topics or [], linearizable=linearizable), timeout=timeout
+        )
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int = 4 * 1024 * 1024,
+        max_wait_ms: int = 0,
+        timeout: float = 40.0,
+    ) -> pb.FetchReply:
+        return await self._call("Fetch", pb.FetchRequest, pb.FetchReply)(
+            pb.FetchRequest(
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                max_bytes=max_bytes,
+                max_wait_ms=max_wait_ms,
+            ),
+            timeout=timeout,
+        )
+
+    async def close(self) -> None:
+        await self._channel.close()

@@ -1,0 +1,146 @@
+"""One raftsink node: Raft group + Kafka listener + read API + metrics.
+
+    RaftNode (raftlog) --on_apply--> SinkStateMachine (sink.state)
+         ^                                   |
+    SinkService (produce/fetch glue)  <------+  read side
+         ^                    ^
+    KafkaServer           ReadApiService (gRPC, connectors)
+
+`raftsink serve` runs `serve(config)`; SIGTERM and SIGINT stop it cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+import grpc
+from prometheus_client import start_http_server
+
+from raftlog.runtime import NodeOptions, RaftNode
+from raftlog.storage import StorageOptions
+from raftlog.transport import GrpcTransport
+from sink.config import SinkConfig
+from sink.metrics import NodeCollector, make_registry
+from sink.read_api import ReadApiService
+
+log = logging.getLogger("sink.server")
+
+
+def _hostport(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host, int(port)
+
+
+class SinkNodeServer:
+    def __init__(self, config: SinkConfig) -> None:
+        self.config = config
+        self.node: RaftNode | None = None
+        self.kafka = None
+        self._read_server: grpc.aio.Server | None = None
+        self._metrics_server = None
+
+    async def start(self) -> None:
+        from sink.kafka import KafkaLimits, KafkaServer
+        from sink.service import SinkService
+        from sink.state import SinkStateMachine
+
+        cfg = self.config
+        os.makedirs(cfg.data_dir, exist_ok=True)
+        others = {i: p.raft for i, p in cfg.peers.items() if i != cfg.node_id}
+        self.transport = GrpcTransport(cfg.node_id, cfg.listen("raft"), others)
+        self.fsm = SinkStateMachine(
+            default_partitions=cfg.default_partitions, auto_create_topics=cfg.auto_create_topics
+        )
+        options = NodeOptions(
+            tick_ms=cfg.tick_ms,
+            election_ticks=cfg.election_ticks,
+            storage=StorageOptions(write_caching=cfg.write_caching),
+        )
+        self.node = RaftNode(
+            cfg.node_id,
+            cfg.data_dir,
+            {i: p.raft for i, p in cfg.peers.items()},
+            self.fsm,
+            self.transport,
+            options,
+        )
+        node = self.node
+        # The FSM serves batches from the Raft log; the queue exists once the
+        # node has opened its storage, and the lambda defers the lookup.
+        self.fsm.attach_log(lambda start, count, nbytes: node.queue.read(start, count, nbytes))
+        await node.start()
+        self.service = SinkService(
+            node,
+            self.fsm,
+            node_id=cfg.node_id,
+            brokers={i: _hostport(p.kafka) for i, p in cfg.peers.items()},
+            cluster_id=cfg.cluster_id,
+        )
+        host, port = _hostport(cfg.listen("kafka"))
+        self.kafka = KafkaServer(
+            self.service, host, port, KafkaLimits(max_frame_bytes=cfg.max_frame_bytes)
+        )
+        await self.kafka.start()
+        read_api = ReadApiService(node, self.fsm, getattr(self.service, "wait_for_data", None))
+        self._read_server = grpc.aio.server(
+            options=[("grpc.max_send_message_length", 128 * 1024 * 1024)]
+        )
+        self._read_server.add_generic_rpc_handlers((read_api.handler(),))
+        if self._read_server.add_insecure_port(cfg.listen("read_api")) == 0:
+            raise OSError(f"cannot listen on {cfg.listen('read_api')} (read API)")
+        await self._read_server.start()
+        if cfg.metrics_listen:
+            mhost, mport = _hostport(cfg.metrics_listen)
+            extra = getattr(self.service, "metrics", None)
+            registry = make_registry(NodeCollector(node, self.transport, extra))
+            self._metrics_server, _ = start_http_server(mport, addr=mhost, registry=registry)
+        log.warning(
+            "sink.ready node=%d kafka=%s raft=%s read_api=%s",
+            cfg.node_id,
+            cfg.me.kafka,
+            cfg.listen("raft"),
+            cfg.listen("read_api"),
+        )
+
+    async def stop(self) -> None:
+        if self.kafka is not None:
+            await self.kafka.stop()
+        if self._read_server is not None:
+            await self._read_server.stop(grace=0.5)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        if self.node is not None:
+            await self.node.stop()
+
+
+async def serve(config: SinkConfig, ready_line: bool = True) -> None:
+    """Run a node until SIGTERM/SIGINT; prints one 'ready' line on stdout when serving."""
+    server = SinkNodeServer(config)
+    await server.start()
+    if ready_line:
+        print(
+            f"ready node={config.node_id} kafka={config.me.kafka} read_api={config.me.read_api}",
+            flush=True,
+        )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    fatal = asyncio.ensure_future(_watch_fatal(server))
+    await asyncio.wait(
+        [asyncio.ensure_future(stop.wait()), fatal], return_when=asyncio.FIRST_COMPLETED
+    )
+    await server.stop()
+    if server.node is not None and server.node.fatal_error is not None:
+        raise SystemExit(
+            f"node {config.node_id} stopped on a fatal error: {server.node.fatal_error!r}"
+        )
+
+
+async def _watch_fatal(server: SinkNodeServer) -> None:
+    """A storage failure stops the node: exit loudly instead of serving half-dead."""
+    while server.node is not None and server.node.fatal_error is None:
+        await asyncio.sleep(0.5)
