@@ -32,6 +32,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         "kafka_listen": args.kafka_listen,
         "read_api_listen": args.read_api_listen,
         "metrics_listen": args.metrics_listen,
+        "kafka_external_listen": args.kafka_external_listen,
+        "external_kafka": args.external_kafka,
         "cluster_id": args.cluster_id,
         "default_partitions": args.default_partitions,
         "auto_create_topics": False if args.no_auto_create_topics else None,
@@ -188,6 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kafka-listen", help="bind HOST:PORT for Kafka (default: own advertised)")
     p.add_argument("--read-api-listen", help="bind HOST:PORT for the read API")
     p.add_argument("--metrics-listen", help="HOST:PORT for Prometheus /metrics (default: none)")
+    p.add_argument(
+        "--kafka-external-listen", help="bind HOST:PORT of a second, external Kafka listener"
+    )
+    p.add_argument(
+        "--external-kafka", help="ID=HOST:PORT,... every node as external clients see it"
+    )
     p.add_argument("--cluster-id", help="cluster id reported to clients (default raftsink)")
     p.add_argument(
         "--default-partitions", type=int, help="partitions of auto-created topics (default 1)"

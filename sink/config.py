@@ -53,6 +53,18 @@ def parse_peers(text: str) -> dict[int, Peer]:
     return peers
 
 
+def parse_addresses(name: str, text: str) -> dict[int, str]:
+    """`ID=HOST:PORT,...` -> {id: "HOST:PORT"}."""
+    out: dict[int, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        ident, sep, addr = part.partition("=")
+        if not sep or not ident.isdigit():
+            raise ConfigError(f"{name}: expected ID=HOST:PORT, got {part!r}")
+        _parse_hostport(f"{name}[{ident}]", addr)
+        out[int(ident)] = addr
+    return out
+
+
 def format_peers(peers: dict[int, Peer]) -> str:
     return ",".join(f"{p.id}={p.raft}/{p.kafka}/{p.read_api}" for p in peers.values())
 
@@ -73,6 +85,12 @@ class SinkConfig:
     """Bind address of the read API; default: this node's peers[].read_api."""
     metrics_listen: str = ""
     """HOST:PORT of the Prometheus /metrics endpoint; empty: no endpoint."""
+    kafka_external_listen: str = ""
+    """Bind address of a second, EXTERNAL Kafka listener (e.g. for clients outside a
+    container network); empty: none. Metadata on it advertises external_kafka."""
+    external_kafka: dict[int, str] = field(default_factory=dict)
+    """node id -> HOST:PORT of every node as seen by external clients
+    (`1=127.0.0.1:19092,2=...`); required with kafka_external_listen."""
     cluster_id: str = "raftsink"
     """Reported to Kafka clients in Metadata."""
     default_partitions: int = 1
@@ -98,7 +116,15 @@ class SinkConfig:
             raise ConfigError("data_dir is required")
         if self.node_id not in self.peers:
             raise ConfigError(f"peers must include this node (id {self.node_id})")
-        for name in ("raft_listen", "kafka_listen", "read_api_listen", "metrics_listen"):
+        if self.kafka_external_listen and set(self.external_kafka) != set(self.peers):
+            raise ConfigError("external_kafka must give an address for every peer")
+        for name in (
+            "raft_listen",
+            "kafka_listen",
+            "read_api_listen",
+            "metrics_listen",
+            "kafka_external_listen",
+        ):
             value = getattr(self, name)
             if value:
                 _parse_hostport(name, value)
@@ -141,6 +167,12 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, dict):
             return value
         raise ConfigError("peers: expected a string or a list of tables")
+    if name == "external_kafka":
+        if isinstance(value, str):
+            return parse_addresses(name, value)
+        if isinstance(value, dict):
+            return {int(k): str(v) for k, v in value.items()}
+        raise ConfigError("external_kafka: expected ID=HOST:PORT,... or a table")
     if name in _INT_FIELDS:
         try:
             return int(value)

@@ -34,6 +34,29 @@ def _hostport(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class AdvertisedAs:
+    """The same SinkService seen through another Kafka listener: only the
+    advertised broker addresses differ (in-flight produce dedup is shared)."""
+
+    def __init__(self, service: object, brokers: dict[int, tuple[str, int]]) -> None:
+        self._service = service
+        self.brokers = brokers
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._service, name)
+
+    def leader_id(self) -> int:
+        lead = self._service.node.leader_id
+        return lead if lead in self.brokers else -1
+
+    def leader_endpoint(self) -> tuple[int, str, int] | None:
+        lead = self.leader_id()
+        if lead < 0:
+            return None
+        host, port = self.brokers[lead]
+        return lead, host, port
+
+
 class SinkNodeServer:
     def __init__(self, config: SinkConfig) -> None:
         self.config = config
@@ -84,6 +107,16 @@ class SinkNodeServer:
             self.service, host, port, KafkaLimits(max_frame_bytes=cfg.max_frame_bytes)
         )
         await self.kafka.start()
+        self.kafka_external = None
+        if cfg.kafka_external_listen:
+            external = AdvertisedAs(
+                self.service, {i: _hostport(a) for i, a in cfg.external_kafka.items()}
+            )
+            ehost, eport = _hostport(cfg.kafka_external_listen)
+            self.kafka_external = KafkaServer(
+                external, ehost, eport, KafkaLimits(max_frame_bytes=cfg.max_frame_bytes)
+            )
+            await self.kafka_external.start()
         read_api = ReadApiService(node, self.fsm, getattr(self.service, "wait_for_data", None))
         self._read_server = grpc.aio.server(
             options=[("grpc.max_send_message_length", 128 * 1024 * 1024)]
@@ -106,8 +139,9 @@ class SinkNodeServer:
         )
 
     async def stop(self) -> None:
-        if self.kafka is not None:
-            await self.kafka.stop()
+        for kafka in (self.kafka, getattr(self, "kafka_external", None)):
+            if kafka is not None:
+                await kafka.stop()
         if self._read_server is not None:
             await self._read_server.stop(grace=0.5)
         if self._metrics_server is not None:

@@ -84,3 +84,15 @@ def test_serve_reports_configuration_errors(capsys):
 
     assert main(["serve", "--node-id", "1"]) == 2
     assert "configuration error" in capsys.readouterr().err
+
+
+def test_external_listener_needs_every_node():
+    base = {"node_id": 1, "data_dir": "/d", "peers": PEERS, "kafka_external_listen": "0.0.0.0:9093"}
+    cfg = load_config(
+        None, env={}, overrides={**base, "external_kafka": "1=127.0.0.1:19092,2=127.0.0.1:29092"}
+    )
+    assert cfg.external_kafka == {1: "127.0.0.1:19092", 2: "127.0.0.1:29092"}
+    with pytest.raises(ConfigError, match="every peer"):
+        load_config(None, env={}, overrides={**base, "external_kafka": "1=127.0.0.1:19092"})
+    with pytest.raises(ConfigError, match="ID=HOST:PORT"):
+        load_config(None, env={}, overrides={**base, "external_kafka": "one=x:1"})
