@@ -1,0 +1,209 @@
+"""The main job: Kafka producers -> 3-node raftsink -> Spark Structured Streaming -> Parquet.
+
+1. starts a local 3-node cluster (`raftsink local`, processes, fsync on);
+2. idempotent confluent-kafka producers write a sample stream to a few topics
+   (progress shown), while
+3. a Structured Streaming query reads `format("raftsink")` into a Parquet table
+   with a checkpoint (1 s trigger);
+4. the Raft leader is killed with SIGKILL once mid-way (and restarted);
+5. a final availableNow run drains what is left, Spark reads the table back
+   (honouring _spark_metadata), and a summary table compares it with what the
+   producers had acknowledged: duplicates and missing records must be 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+TOPICS = ("orders", "clicks", "payments")
+PARTITIONS = 3
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Producers:
+    """Idempotent producers in a thread; remembers every acknowledged record."""
+
+    def __init__(self, bootstrap: str, total: int) -> None:
+        from confluent_kafka import Producer
+
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 120_000,
+                "metadata.max.age.ms": 1_000,
+            }
+        )
+        self.total = total
+        self.sent = 0
+        self.acked: set[tuple[str, bytes]] = set()
+        self.failed = 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _on_delivery(self, err, msg) -> None:
+        if err is None:
+            self.acked.add((msg.topic(), msg.value()))
+        else:
+            self.failed += 1
+
+    def _run(self) -> None:
+        p = self.producer
+        rate_per_s = 20_000
+        start = time.monotonic()
+        while self.sent < self.total:
+            due = start + self.sent / rate_per_s
+            delay = due - time.monotonic()
+            if delay > 0:
+                p.poll(delay)
+            topic = TOPICS[self.sent % len(TOPICS)]
+            value = json.dumps(
+                {"id": self.sent, "topic": topic, "amount": self.sent % 997}
+            ).encode()
+            while True:
+                try:
+                    p.produce(
+                        topic,
+                        key=str(self.sent % 101).encode(),
+                        value=value,
+                        on_delivery=self._on_delivery,
+                    )
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            self.sent += 1
+            p.poll(0)
+        p.flush(180)
+        self.done.set()
+
+
+def run_pipeline(data_dir: str | None = None, records: int = 150_000, keep: bool = False) -> int:
+    from pyspark.sql import SparkSession
+
+    from connectors.spark import register
+    from sink.local_cluster import LocalSinkCluster
+
+    own = data_dir is None
+    base = os.path.abspath(data_dir or tempfile.mkdtemp(prefix="raftsink-demo-"))
+    out, ckpt = os.path.join(base, "table"), os.path.join(base, "checkpoint")
+    t_start = time.monotonic()
+    _log(f"raftsink demo: data in {base}")
+    cluster = LocalSinkCluster(os.path.join(base, "cluster"), default_partitions=PARTITIONS)
+    cluster.start()
+    spark = None
+    try:
+        leader = asyncio.run(cluster.wait_ready())
+        _log(
+            f"3-node cluster up, leader node {leader}; Kafka bootstrap {cluster.bootstrap_servers}"
+        )
+        nodes = ",".join(p.read_api for p in cluster.peers.values())
+        producers = Producers(cluster.bootstrap_servers, records)
+        producers.producer.produce(TOPICS[0], b"warm-up", on_delivery=producers._on_delivery)
+        producers.producer.flush(60)  # creates the topic, PID handshake
+        producers.acked.clear()
+        for t in TOPICS[1:]:
+            producers.producer.produce(t, b"warm-up")
+        producers.producer.flush(60)
+
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        _log("starting Spark (local[2]); the first micro-batch takes a while")
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("raftsink-demo")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.ui.enabled", "false")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+
+        def stream(available_now: bool):
+            df = (
+                spark.readStream.format("raftsink")
+                .option("raftsink.nodes", nodes)
+                .option("subscribe", ",".join(TOPICS))
+                .option("startingOffsets", "earliest")
+                .load()
+            )
+            w = (
+                df.writeStream.format("parquet")
+                .option("path", out)
+                .option("checkpointLocation", ckpt)
+            )
+            w = (
+                w.trigger(availableNow=True)
+                if available_now
+                else w.trigger(processingTime="1 second")
+            )
+            return w.start()
+
+        query = stream(available_now=False)
+        producers.thread.start()
+        killed = False
+        while not producers.done.is_set():
+            producers.done.wait(2.0)
+            prog = query.lastProgress or {}
+            _log(
+                f"produced {producers.sent:>7}/{records}, acknowledged {len(producers.acked):>7}; "
+                f"spark batch {prog.get('batchId', '-')}, {prog.get('numInputRows', 0)} rows"
+            )
+            if not killed and producers.sent >= records // 2:
+                _log(f"kill -9 the Raft leader (node {leader})")
+                cluster.kill(leader)
+                victim = leader
+                leader = asyncio.run(cluster.wait_ready(exclude=victim))
+                _log(f"node {leader} leads now; restarting node {victim}")
+                cluster.start(victim)
+                killed = True
+        query.stop()
+        _log("producers done; draining with an availableNow run")
+        stream(available_now=True).awaitTermination()
+
+        table = spark.read.parquet(out)
+        rows = table.select("topic", "value").collect()
+        seen: dict[tuple[str, bytes], int] = {}
+        for r in rows:
+            k = (r["topic"], bytes(r["value"]))
+            seen[k] = seen.get(k, 0) + 1
+        warm = {k for k in seen if k[1] == b"warm-up"}
+        stored = {k: v for k, v in seen.items() if k not in warm}
+        duplicates = sum(v - 1 for v in stored.values())
+        missing = len(producers.acked - set(stored))
+        elapsed = time.monotonic() - t_start
+        summary = {
+            "records_produced": producers.sent,
+            "records_acknowledged": len(producers.acked),
+            "rows_in_parquet": sum(stored.values()),
+            "duplicates": duplicates,
+            "missing": missing,
+            "failed_deliveries": producers.failed,
+            "elapsed_s": round(elapsed, 1),
+            "throughput_records_per_s": round(len(producers.acked) / elapsed),
+        }
+        print("\nsummary")
+        for k, v in summary.items():
+            print(f"  {k.replace('_', ' '):<26} {v}")
+        print(json.dumps(summary))
+        return 0 if duplicates == 0 and missing == 0 and producers.failed == 0 else 1
+    finally:
+        if spark is not None:
+            spark.stop()
+        cluster.stop()
+        if own and not keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(run_pipeline())
