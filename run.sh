@@ -14,6 +14,7 @@ case "$cmd" in
         ;;
     test)
         bash scripts/bootstrap.sh
+        bash scripts/test-deps.sh
         echo "== ruff" >&2
         .venv/bin/ruff check .
         echo "== pytest" >&2
