@@ -91,10 +91,10 @@ class SinkNodeServer:
             options,
         )
         node = self.node
-        # The FSM serves batches from the Raft log; the queue exists once the
-        # node has opened its storage, and the lambda defers the lookup.
-        self.fsm.attach_log(lambda start, count, nbytes: node.queue.read(start, count, nbytes))
         await node.start()
+        # The FSM serves batches from the Raft log (the queue exists once the
+        # node has opened its storage; applying starts on the next loop turn).
+        self.fsm.attach_log(node.queue.read, node.queue.first_index)
         self.service = SinkService(
             node,
             self.fsm,
@@ -117,7 +117,7 @@ class SinkNodeServer:
                 external, ehost, eport, KafkaLimits(max_frame_bytes=cfg.max_frame_bytes)
             )
             await self.kafka_external.start()
-        read_api = ReadApiService(node, self.fsm, getattr(self.service, "wait_for_data", None))
+        read_api = ReadApiService(node, self.fsm, self._wait_for_data)
         self._read_server = grpc.aio.server(
             options=[("grpc.max_send_message_length", 128 * 1024 * 1024)]
         )
@@ -127,7 +127,16 @@ class SinkNodeServer:
         await self._read_server.start()
         if cfg.metrics_listen:
             mhost, mport = _hostport(cfg.metrics_listen)
-            extra = getattr(self.service, "metrics", None)
+            svc = self.service
+
+            def extra() -> dict[str, float]:
+                return {
+                    "kafka_connections": len(self.kafka.connections),
+                    "kafka_rejected_connections": self.kafka.rejected_connections,
+                    "produce_inflight_duplicates": svc.inflight_duplicates,
+                    "produce_committed_duplicates": svc.committed_duplicates,
+                }
+
             registry = make_registry(NodeCollector(node, self.transport, extra))
             self._metrics_server, _ = start_http_server(mport, addr=mhost, registry=registry)
         log.warning(
@@ -137,6 +146,20 @@ class SinkNodeServer:
             cfg.listen("raft"),
             cfg.listen("read_api"),
         )
+
+    async def _wait_for_data(self, topic: str, partition: int, offset: int, timeout: float) -> None:
+        """Long poll of the read API: until data past offset is applied, or timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.fsm.high_watermark(topic, partition) <= offset:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            event = self.fsm.data_event()
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except TimeoutError:
+                return
 
     async def stop(self) -> None:
         for kafka in (self.kafka, getattr(self, "kafka_external", None)):

@@ -185,6 +185,16 @@ class RaftNode:
         fut = self._enqueue_proposals((data,), timeout)[0]
         return await fut
 
+    def propose(self, data: bytes, timeout: float | None = None) -> asyncio.Future:
+        """Queue data now (in call order) and return the future of its ApplyResult.
+
+        The synchronous form of apply(): raises NotLeaderError / BusyError at
+        once (nothing proposed); the future fails with LeaderChangedError or
+        ProposalTimeoutError (outcome unknown). Calls on one event loop are
+        proposed in the order they were made.
+        """
+        return self._enqueue_proposals((data,), timeout)[0]
+
     async def apply_batch(
         self, datas: Sequence[bytes], timeout: float | None = None
     ) -> list[ApplyResult]:

@@ -1,0 +1,42 @@
+"""Forward a raw request frame to the Raft leader's Kafka listener.
+
+Followers cannot propose (raftlog has no proposal forwarding), but some
+requests must reach the log wherever the client sent them: librdkafka sends
+InitProducerId to any broker and keeps retrying the same one on
+NOT_COORDINATOR, and Metadata with auto-creation may hit a follower. The
+follower relays the exact frame (same correlation id) over a short-lived
+connection and returns the leader's response as is. A relayed request carries
+no marker, so a transient disagreement about the leader could bounce it back
+once; the timeout bounds that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+_SIZE = struct.Struct(">i")
+
+
+class ForwardError(Exception):
+    """The leader could not be reached or answered badly."""
+
+
+async def forward_frame(
+    host: str, port: int, frame: bytes, *, timeout: float = 5.0, max_response_bytes: int = 64 << 20
+) -> bytes:
+    """Send frame (without size prefix) and return the response body (without size)."""
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                writer.write(_SIZE.pack(len(frame)) + frame)
+                await writer.drain()
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                if not 0 < size <= max_response_bytes:
+                    raise ForwardError(f"bad response size {size} from the leader")
+                return await reader.readexactly(size)
+            finally:
+                writer.close()
+    except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+        raise ForwardError(f"forward to {host}:{port} failed: {exc!r}") from exc

@@ -1,0 +1,145 @@
+"""Fetch (v4-v12, hand-rolled response) and ListOffsets.
+
+Only applied (committed) data is served. A leader serves only after
+on_leader_start of its current term (an own-term entry applied), so its high
+watermark is at least every earlier leader's; followers serve their applied
+data. Fetch honours max_wait/min_bytes with a wake-up on newly applied
+records, declines fetch sessions (session_id 0), returns whole batches from
+the one containing fetch_offset, and at least one batch even above
+partition_max_bytes (KIP-74).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from sink.kafka import errors as E
+from sink.kafka.build import encode_response
+from sink.kafka.encoders import FetchPartition, encode_fetch
+from sink.kafka.handlers.context import HandlerContext
+from sink.state import OffsetOutOfRange
+
+FETCH = 1
+LIST_OFFSETS = 2
+
+
+def _serving_error(ctx: HandlerContext) -> int:
+    svc = ctx.service
+    if svc.is_leader() and not svc.leader_ready():
+        return E.NOT_LEADER_OR_FOLLOWER  # new leader, own-term entry not applied yet
+    return E.NONE
+
+
+def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
+    fsm = ctx.fsm
+    budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
+    total = 0
+    any_error = False
+    serving = _serving_error(ctx)
+    topics = []
+    for ft in req.topics:
+        name = ft.topic
+        parts = []
+        for fp in ft.partitions:
+            idx = fp.partition
+            if not fsm.has_partition(name, idx):
+                parts.append(FetchPartition(idx, E.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, (), 0))
+                any_error = True
+                continue
+            hw = fsm.high_watermark(name, idx)
+            start = fsm.log_start_offset(name, idx)
+            if serving != E.NONE:
+                parts.append(FetchPartition(idx, serving, -1, -1, (), 0))
+                any_error = True
+                continue
+            pieces: list = []
+            size = 0
+            if total < budget or total == 0:
+                limit = (
+                    min(fp.partition_max_bytes, budget - total) if total else fp.partition_max_bytes
+                )
+                try:
+                    batches = fsm.read_parts(name, idx, fp.fetch_offset, max(limit, 1))
+                except OffsetOutOfRange:
+                    parts.append(FetchPartition(idx, E.OFFSET_OUT_OF_RANGE, hw, start, (), 0))
+                    any_error = True
+                    continue
+                for _base, prefix, rest in batches:
+                    pieces.append(prefix)
+                    pieces.append(rest)
+                    size += len(prefix) + len(rest)
+            elif not start <= fp.fetch_offset <= hw:
+                parts.append(FetchPartition(idx, E.OFFSET_OUT_OF_RANGE, hw, start, (), 0))
+                any_error = True
+                continue
+            total += size
+            parts.append(FetchPartition(idx, E.NONE, hw, start, pieces, size))
+        topics.append((name, parts))
+    return topics, total, any_error
+
+
+async def handle_fetch(
+    ctx: HandlerContext, version: int, corr: int, req: Any, frame: bytes = b""
+) -> asyncio.Future:
+    async def run() -> list:
+        loop = asyncio.get_running_loop()
+        wait_s = min(req.max_wait.total_seconds(), ctx.limits.max_fetch_wait_ms / 1000)
+        deadline = loop.time() + max(wait_s, 0.0)
+        while True:
+            ev = ctx.fsm.data_event()  # taken before reading: no lost wake-up
+            topics, total, any_error = _collect(ctx, req)
+            remaining = deadline - loop.time()
+            if total >= max(req.min_bytes, 1) or any_error or remaining <= 0:
+                return encode_fetch(version, corr, topics)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ev.wait(), remaining)
+
+    return asyncio.get_running_loop().create_task(run())
+
+
+async def handle_list_offsets(
+    ctx: HandlerContext, version: int, corr: int, req: Any, frame: bytes = b""
+) -> bytes:
+    """-1 latest (high watermark), -2 / -4 earliest, -3 max timestamp (approximated
+    by the last offset, timestamp -1). Lookup by a real timestamp is not
+    supported: answered with offset -1 (no such record)."""
+    svc, fsm = ctx.service, ctx.fsm
+    if not svc.is_leader():
+        err_all = E.NOT_LEADER_OR_FOLLOWER
+    elif not svc.leader_ready():
+        err_all = E.LEADER_NOT_AVAILABLE
+    else:
+        err_all = E.NONE
+    epoch = svc.leader_epoch()
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            entry = {
+                "partition_index": p.partition_index,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
+            if err_all != E.NONE:
+                entry["error_code"] = err_all
+            elif not fsm.has_partition(t.name, p.partition_index):
+                entry["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                hw = fsm.high_watermark(t.name, p.partition_index)
+                start = fsm.log_start_offset(t.name, p.partition_index)
+                ts = p.timestamp
+                if ts == -1:
+                    off = hw
+                elif ts in (-2, -4):
+                    off = start
+                elif ts == -3:
+                    off = hw - 1 if hw > start else -1
+                else:
+                    off = -1
+                entry.update(error_code=E.NONE, offset=off, leader_epoch=epoch)
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return encode_response(LIST_OFFSETS, version, corr, {"throttle_time": 0, "topics": topics})

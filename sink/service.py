@@ -1,0 +1,297 @@
+"""SinkService: the Kafka-facing backend over one Raft group.
+
+Turns Kafka operations into Raft commands and answers from the applied
+SinkStateMachine. Leadership model: the Kafka leader of every partition is
+the Raft leader; leader_epoch is the Raft term (only rises).
+
+Ordering: produce() proposes synchronously in call order (the node's apply
+coroutines are started as tasks in creation order, and asyncio runs ready
+callbacks FIFO), so the batches of one connection reach the log in request
+order, as pipelined idempotent producers require.
+
+In-flight duplicates: a retried idempotent batch that arrives while its
+original is still uncommitted shares the original's future (keyed by
+(pid, topic, partition, first_seq, last_seq)) instead of being proposed again;
+the state machine's apply-time check covers every other case, including
+retries after a leader change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from raftlog.runtime import (
+    BusyError,
+    LeaderChangedError,
+    NodeStoppedError,
+    NotLeaderError,
+    ProposalTimeoutError,
+    RaftNode,
+)
+from sink.kafka import errors as E
+from sink.kafka.records import BatchHeader
+from sink.state import CreateTopicResult, ProduceResult, SinkStateMachine, TopicInfo
+from sink.state import commands as cmd
+from sink.state.producers import DUPLICATE
+
+log = logging.getLogger("sink.service")
+
+_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    produce_timeout_s: float = 30.0
+    """Raft commit timeout of a produce/create/init-pid proposal; on expiry the
+    client gets REQUEST_TIMED_OUT (outcome unknown; idempotent retries dedupe)."""
+    max_create_partitions: int = 1024
+    """Upper bound on partitions per topic (CreateTopics and auto-create)."""
+
+    def __post_init__(self) -> None:
+        if self.produce_timeout_s <= 0:
+            raise ValueError("SinkOptions.produce_timeout_s must be positive")
+        if self.max_create_partitions < 1:
+            raise ValueError("SinkOptions.max_create_partitions must be >= 1")
+
+
+def _error_of(exc: BaseException) -> int:
+    if isinstance(exc, NotLeaderError | LeaderChangedError | NodeStoppedError):
+        return E.NOT_LEADER_OR_FOLLOWER
+    if isinstance(exc, ProposalTimeoutError):
+        return E.REQUEST_TIMED_OUT
+    if isinstance(exc, BusyError):
+        return E.NOT_ENOUGH_REPLICAS
+    return E.REQUEST_TIMED_OUT
+
+
+def _done(loop: asyncio.AbstractEventLoop, value: object) -> asyncio.Future:
+    f = loop.create_future()
+    f.set_result(value)
+    return f
+
+
+class SinkService:
+    """The operations the Kafka handlers (and the read API) need.
+
+    brokers: node id -> advertised Kafka (host, port) of EVERY node.
+    """
+
+    def __init__(
+        self,
+        node: RaftNode,
+        fsm: SinkStateMachine,
+        *,
+        node_id: int,
+        brokers: dict[int, tuple[str, int]],
+        cluster_id: str,
+        options: SinkOptions | None = None,
+    ) -> None:
+        if node_id not in brokers:
+            raise ValueError(f"brokers must include this node ({node_id})")
+        self.node = node
+        self.fsm = fsm
+        self.node_id = node_id
+        self.brokers = dict(brokers)
+        self.cluster_id = cluster_id
+        self.options = options or SinkOptions()
+        self._inflight: dict[tuple[int, str, int, int, int], asyncio.Future] = {}
+        self.inflight_duplicates = 0  # retries answered by their uncommitted original
+        self.committed_duplicates = 0  # retries answered from the applied producer table
+        self._creating: dict[str, asyncio.Future] = {}
+        # Group offsets (OffsetCommit/OffsetFetch): in memory on the node that
+        # answers as coordinator (the Raft leader). Not replicated: lost on
+        # failover or restart. Documented in docs/kafka.md.
+        self.group_offsets: dict[tuple[str, str, int], tuple[int, str | None]] = {}
+
+    # ------------------------------------------------------------ leadership
+
+    def is_leader(self) -> bool:
+        return self.node.is_leader()
+
+    def leader_ready(self) -> bool:
+        """Leader whose own-term entry is applied: its applied state includes
+        everything committed before, so its high watermark never regresses."""
+        return self.node.is_leader() and self.fsm.leader_term == self.node.core.term
+
+    def leader_id(self) -> int:
+        """Raft leader as a Kafka broker id, -1 if none is known."""
+        lead = self.node.leader_id
+        return lead if lead in self.brokers else -1
+
+    def leader_epoch(self) -> int:
+        return self.node.core.term
+
+    def leader_endpoint(self) -> tuple[int, str, int] | None:
+        lead = self.leader_id()
+        if lead < 0:
+            return None
+        host, port = self.brokers[lead]
+        return lead, host, port
+
+    # --------------------------------------------------------------- produce
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes | memoryview,
+        batches: Sequence[BatchHeader],
+    ) -> asyncio.Future:
+        """Propose the (validated) batches of one topic-partition.
+
+        Returns a future of ProduceResult: the first batch's base offset once
+        every batch is committed and applied, or an error code. Never raises.
+        Proposing happens in call order (see the module doc).
+        """
+        loop = asyncio.get_running_loop()
+        if not self.node.is_leader():
+            return _done(loop, ProduceResult(E.NOT_LEADER_OR_FOLLOWER, -1, -1))
+        if not self.fsm.has_partition(topic, partition):
+            return _done(loop, ProduceResult(E.UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
+        futs: list[asyncio.Future] = []
+        mv = memoryview(records)
+        for b in batches:
+            key = None
+            if b.producer_id >= 0:
+                key = (b.producer_id, topic, partition, b.base_sequence, b.last_sequence)
+                pending = self._inflight.get(key)
+                if pending is not None:  # retry of an uncommitted original: share its answer
+                    self.inflight_duplicates += 1
+                    futs.append(pending)
+                    continue
+                verdict, base = self.fsm.producers.check(
+                    b.producer_id,
+                    topic,
+                    partition,
+                    b.producer_epoch,
+                    b.base_sequence,
+                    b.last_sequence,
+                )
+                if verdict == DUPLICATE:  # already committed: answer without a log entry
+                    self.committed_duplicates += 1
+                    futs.append(
+                        _done(
+                            loop,
+                            ProduceResult(
+                                E.NONE, base, self.fsm.log_start_offset(topic, partition), True
+                            ),
+                        )
+                    )
+                    continue
+            data = cmd.encode_produce(
+                topic,
+                partition,
+                b.producer_id,
+                b.producer_epoch,
+                b.base_sequence,
+                mv[b.start : b.start + b.size],
+            )
+            fut = self._propose_produce(loop, data)
+            if key is not None:
+                self._inflight[key] = fut
+                fut.add_done_callback(lambda _f, k=key: self._inflight.pop(k, None))
+            futs.append(fut)
+        if len(futs) == 1:
+            return futs[0]
+        return loop.create_task(self._first_result(futs))
+
+    def _propose_produce(self, loop: asyncio.AbstractEventLoop, data: bytes) -> asyncio.Future:
+        """Propose now (so a connection's batches enter the log in request order)
+        and map the outcome to a ProduceResult future that never fails."""
+        try:
+            proposal = self.node.propose(data, timeout=self.options.produce_timeout_s)
+        except Exception as exc:  # not proposed: the client retries
+            return _done(loop, ProduceResult(_error_of(exc), -1, -1))
+        out = loop.create_future()
+
+        def finish(f: asyncio.Future) -> None:
+            if out.done():
+                return
+            exc = None if f.cancelled() else f.exception()
+            if f.cancelled() or exc is not None:  # outcome unknown: idempotent retries dedupe
+                out.set_result(ProduceResult(_error_of(exc), -1, -1))
+            else:
+                out.set_result(f.result().result)
+
+        proposal.add_done_callback(finish)
+        return out
+
+    @staticmethod
+    async def _first_result(futs: list[asyncio.Future]) -> ProduceResult:
+        results = [await asyncio.shield(f) for f in futs]
+        for r in results:
+            if r.error != E.NONE:
+                return r
+        return results[0]
+
+    # --------------------------------------------------------- producer ids
+
+    async def init_producer_id(self) -> tuple[int, int, int]:
+        """A new producer id (epoch 0) allocated through the log -> (error, pid, epoch)."""
+        try:
+            res = await self.node.apply(
+                cmd.encode_alloc_pid(), timeout=self.options.produce_timeout_s
+            )
+        except Exception as exc:
+            err = _error_of(exc)
+            # InitProducerId speaks coordinator errors: NOT_COORDINATOR makes
+            # clients look the coordinator (the leader) up again.
+            return (E.NOT_COORDINATOR if err == E.NOT_LEADER_OR_FOLLOWER else err), -1, -1
+        return E.NONE, res.result, 0
+
+    # ---------------------------------------------------------------- topics
+
+    def valid_topic_name(self, name: str) -> bool:
+        return bool(_TOPIC_RE.match(name)) and name not in (".", "..")
+
+    async def create_topic(self, name: str, partitions: int) -> CreateTopicResult:
+        """Create a topic through the log (leader only)."""
+        if not self.valid_topic_name(name):
+            return CreateTopicResult(E.INVALID_TOPIC_EXCEPTION, None)
+        if not 1 <= partitions <= self.options.max_create_partitions:
+            return CreateTopicResult(E.INVALID_PARTITIONS, None)
+        if not self.node.is_leader():
+            return CreateTopicResult(E.NOT_CONTROLLER, None)
+        data = cmd.encode_create_topic(name, partitions, uuid.uuid4())
+        try:
+            res = await self.node.apply(data, timeout=self.options.produce_timeout_s)
+        except Exception as exc:
+            err = _error_of(exc)
+            return CreateTopicResult(
+                E.NOT_CONTROLLER if err == E.NOT_LEADER_OR_FOLLOWER else err, None
+            )
+        return res.result
+
+    async def ensure_topic(self, name: str) -> tuple[int, TopicInfo | None]:
+        """The topic, auto-creating it if allowed -> (error, info).
+
+        Errors: UNKNOWN_TOPIC_OR_PARTITION (auto-create off), INVALID_TOPIC_EXCEPTION,
+        LEADER_NOT_AVAILABLE (creation must happen on the leader; the client retries).
+        """
+        info = self.fsm.topic(name)
+        if info is not None:
+            return E.NONE, info
+        if not self.fsm.auto_create_topics:
+            return E.UNKNOWN_TOPIC_OR_PARTITION, None
+        if not self.valid_topic_name(name):
+            return E.INVALID_TOPIC_EXCEPTION, None
+        if not self.node.is_leader():
+            return E.LEADER_NOT_AVAILABLE, None
+        fut = self._creating.get(name)
+        if fut is None:
+            fut = asyncio.ensure_future(self.create_topic(name, self.fsm.default_partitions))
+            self._creating[name] = fut
+            fut.add_done_callback(lambda _f: self._creating.pop(name, None))
+        res: CreateTopicResult = await asyncio.shield(fut)
+        if res.topic is not None:
+            return E.NONE, res.topic
+        return (
+            E.LEADER_NOT_AVAILABLE
+            if res.error in (E.NOT_CONTROLLER, E.NOT_LEADER_OR_FOLLOWER)
+            else res.error
+        ), None

@@ -1,0 +1,102 @@
+"""Idempotent producer state, decided at apply time (KIP-98 broker rules).
+
+Per (producer id, topic, partition): the producer epoch and the last
+NUM_BATCHES_TO_RETAIN batches as (first_seq, last_seq, base_offset). The
+rules, in order, for a batch with producer_id >= 0:
+
+  * unknown (pid, partition)                 -> accept (state may have expired)
+  * epoch < current                          -> INVALID_PRODUCER_EPOCH (47)
+  * epoch > current: first_seq must be 0     -> accept and reset, else 45
+  * same epoch, (first, last) cached         -> duplicate: NONE + ORIGINAL base offset
+  * same epoch, first != last_seq + 1 (mod 2^31) -> OUT_OF_ORDER_SEQUENCE_NUMBER (45)
+  * otherwise accept
+
+DUPLICATE_SEQUENCE_NUMBER (46) is never returned: librdkafka then reports
+bogus offsets. Everything here is a pure function of the applied log, so every
+node (and a new leader after failover) reaches the same decisions.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+NUM_BATCHES_TO_RETAIN = 5
+SEQ_MODULUS = 1 << 31
+
+NONE = 0
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+INVALID_PRODUCER_EPOCH = 47
+
+ACCEPT = "accept"
+DUPLICATE = "duplicate"
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    epoch: int
+    # (first_seq, last_seq, base_offset), oldest first
+    batches: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=NUM_BATCHES_TO_RETAIN)
+    )
+
+
+class ProducerTable:
+    """All (pid, topic, partition) entries of one state machine."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[int, str, int], ProducerEntry] = {}
+
+    def check(
+        self, pid: int, topic: str, partition: int, epoch: int, first_seq: int, last_seq: int
+    ) -> tuple[str | int, int]:
+        """-> (ACCEPT, -1), (DUPLICATE, original base offset) or (error code, -1)."""
+        entry = self.entries.get((pid, topic, partition))
+        if entry is None:
+            return ACCEPT, -1
+        if epoch < entry.epoch:
+            return INVALID_PRODUCER_EPOCH, -1
+        if epoch > entry.epoch:
+            return (ACCEPT, -1) if first_seq == 0 else (OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
+        for f, last, base in entry.batches:
+            if f == first_seq and last == last_seq:
+                return DUPLICATE, base
+        if entry.batches and first_seq != (entry.batches[-1][1] + 1) % SEQ_MODULUS:
+            return OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+        return ACCEPT, -1
+
+    def record(
+        self,
+        pid: int,
+        topic: str,
+        partition: int,
+        epoch: int,
+        first_seq: int,
+        last_seq: int,
+        base_offset: int,
+    ) -> None:
+        """Remember an accepted batch (call only after check() said ACCEPT)."""
+        key = (pid, topic, partition)
+        entry = self.entries.get(key)
+        if entry is None or entry.epoch != epoch:
+            entry = self.entries[key] = ProducerEntry(epoch)
+        entry.batches.append((first_seq, last_seq, base_offset))
+
+    def drop_partition(self, topic: str, partition: int) -> None:
+        for key in [k for k in self.entries if k[1] == topic and k[2] == partition]:
+            del self.entries[key]
+
+    def to_json(self) -> list:
+        return [
+            [p, t, q, e.epoch, [list(b) for b in e.batches]]
+            for (p, t, q), e in self.entries.items()
+        ]
+
+    @classmethod
+    def from_json(cls, rows: list) -> ProducerTable:
+        table = cls()
+        for p, t, q, epoch, batches in rows:
+            entry = ProducerEntry(epoch)
+            entry.batches.extend(tuple(b) for b in batches)
+            table.entries[(p, t, q)] = entry
+        return table

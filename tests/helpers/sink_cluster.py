@@ -1,0 +1,165 @@
+"""An in-process raftsink cluster for tests: RaftNode + SinkStateMachine +
+SinkService + KafkaServer per node over a LocalNetwork, each Kafka listener on
+127.0.0.1 with an ephemeral port (and that port advertised in Metadata).
+
+SinkCluster runs its event loop in a background thread so that blocking
+clients (confluent-kafka, kafka-python, kcat subprocesses) can be used from
+the test thread; call() runs a coroutine on the cluster's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from raftlog.runtime import NodeOptions, RaftNode
+from raftlog.transport import LocalNetwork
+from sink.kafka import KafkaLimits, KafkaServer
+from sink.service import SinkOptions, SinkService
+from sink.state import SinkStateMachine
+
+FAST = NodeOptions(tick_ms=10, election_ticks=10)
+
+
+class SinkNode:
+    def __init__(
+        self, node: RaftNode, fsm: SinkStateMachine, service: SinkService, server: KafkaServer
+    ):
+        self.node, self.fsm, self.service, self.server = node, fsm, service, server
+
+
+class SinkCluster:
+    def __init__(
+        self,
+        base: str,
+        n: int = 3,
+        *,
+        options: NodeOptions = FAST,
+        auto_create_topics: bool = True,
+        default_partitions: int = 1,
+        limits: KafkaLimits | None = None,
+        sink_options: SinkOptions | None = None,
+    ) -> None:
+        self.base = base
+        self.ids = list(range(1, n + 1))
+        self.options = options
+        self.auto_create = auto_create_topics
+        self.default_partitions = default_partitions
+        self.limits = limits
+        self.sink_options = sink_options
+        self.net = LocalNetwork()
+        self.nodes: dict[int, SinkNode] = {}
+        self.ports: dict[int, int] = {}
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="sink-cluster", daemon=True
+        )
+
+    # ----------------------------------------------------------- threading
+
+    def call(self, coro: Coroutine, timeout: float = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def run(self, fn: Callable[[], Any], timeout: float = 10.0) -> Any:
+        """Run a plain function on the cluster loop (to read node state safely)."""
+
+        async def wrap() -> Any:
+            return fn()
+
+        return self.call(wrap(), timeout)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._thread.start()
+        self.call(self._start())
+
+    async def _start(self) -> None:
+        for i in self.ids:
+            await self.start_node(i)
+
+    async def start_node(self, i: int) -> SinkNode:
+        fsm = SinkStateMachine(
+            default_partitions=self.default_partitions, auto_create_topics=self.auto_create
+        )
+        node = RaftNode(
+            i,
+            os.path.join(self.base, f"n{i}"),
+            {j: f"local:{j}" for j in self.ids},
+            fsm,
+            self.net.transport(i),
+            self.options,
+            seed=i,
+        )
+        brokers = {j: ("127.0.0.1", self.ports.get(j, 0)) for j in self.ids}
+        service = SinkService(
+            node,
+            fsm,
+            node_id=i,
+            brokers=brokers,
+            cluster_id="raftsink-test",
+            options=self.sink_options,
+        )
+        server = KafkaServer(service, "127.0.0.1", self.ports.get(i, 0), self.limits)
+        await server.start()
+        self.ports[i] = server.bound_port
+        await node.start()
+        fsm.attach_log(node.queue.read, node.queue.first_index)
+        self.nodes[i] = SinkNode(node, fsm, service, server)
+        # Every service advertises every node's (now known) Kafka address.
+        for sn in self.nodes.values():
+            for j, port in self.ports.items():
+                sn.service.brokers[j] = ("127.0.0.1", port)
+        return self.nodes[i]
+
+    async def stop_node(self, i: int) -> None:
+        sn = self.nodes.pop(i)
+        await sn.server.stop()
+        await sn.node.stop()
+
+    def stop(self) -> None:
+        async def stop_all() -> None:
+            for i in list(self.nodes):
+                await self.stop_node(i)
+
+        try:
+            self.call(stop_all())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+
+    # -------------------------------------------------------------- queries
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.ports[i]}" for i in sorted(self.nodes))
+
+    def leader_id(self, timeout: float = 20.0, exclude: int = 0) -> int:
+        """Wait for one ready leader (own-term entry applied) and return its id."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+
+            def find() -> int:
+                ready = [
+                    i for i, sn in self.nodes.items() if sn.service.leader_ready() and i != exclude
+                ]
+                return ready[0] if len(ready) == 1 else 0
+
+            lead = self.run(find)
+            if lead:
+                return lead
+            time.sleep(0.01)
+        raise AssertionError("timed out waiting for a ready leader")
+
+    def wait_for(
+        self, cond: Callable[[], bool], timeout: float = 20.0, what: str = "condition"
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.run(cond):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.01)

@@ -1,0 +1,352 @@
+"""Bad input over real sockets: each case gets a clear outcome and the node
+keeps serving (a produce afterwards succeeds and earlier data is intact)."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+import time
+
+import pytest
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from sink.kafka import KafkaLimits
+from sink.kafka.build import build
+from tests.helpers.sink_cluster import SinkCluster
+from tests.unit.sink.batches import make_batch
+
+LIMITS = KafkaLimits(max_frame_bytes=1 << 20, idle_timeout_s=0.5, max_connections=1000)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = SinkCluster(
+        str(tmp_path_factory.mktemp("bad")), n=1, auto_create_topics=False, limits=LIMITS
+    )
+    c.start()
+    lead = c.leader_id()
+    res = c.call(c.nodes[lead].service.create_topic("known", 1))
+    assert res.error == 0
+    yield c
+    c.stop()
+
+
+def connect(cluster) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", cluster.ports[1]), timeout=5)
+    return s
+
+
+def encode_request(api_key: int, version: int, corr: int, values: dict) -> bytes:
+    cls = load_request_schema(api_key, version)
+    buf = io.BytesIO()
+    hdr = cls.__header_schema__
+    entity_writer(hdr)(
+        buf,
+        build(
+            hdr,
+            {
+                "request_api_key": api_key,
+                "request_api_version": version,
+                "correlation_id": corr,
+                "client_id": "t",
+            },
+        ),
+    )
+    entity_writer(cls)(buf, build(cls, values))
+    body = buf.getvalue()
+    return struct.pack(">i", len(body)) + body
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def read_response(s: socket.socket, api_key: int, version: int):
+    (size,) = struct.unpack(">i", recv_exact(s, 4))
+    frame = recv_exact(s, size)
+    cls = load_response_schema(api_key, version)
+    hdr, n = entity_reader(cls.__header_schema__)(frame, 0)
+    resp, _ = entity_reader(cls)(frame, n)
+    return hdr, resp
+
+
+def assert_closed(s: socket.socket, timeout: float = 5.0) -> None:
+    s.settimeout(timeout)
+    try:
+        data = s.recv(1 << 16)
+    except ConnectionResetError:
+        return
+    assert data == b"", f"expected the server to close, got {data[:40]!r}"
+
+
+def produce(s: socket.socket, topic: str, records: bytes, corr: int = 1, version: int = 9):
+    s.sendall(
+        encode_request(
+            0,
+            version,
+            corr,
+            {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout": 5000,
+                "topic_data": [
+                    {"name": topic, "partition_data": [{"index": 0, "records": records}]}
+                ],
+            },
+        )
+    )
+    hdr, resp = read_response(s, 0, version)
+    assert hdr.correlation_id == corr
+    return resp.responses[0].partition_responses[0]
+
+
+def healthy(cluster) -> None:
+    """The node still serves: a fresh connection can produce."""
+    with connect(cluster) as s:
+        r = produce(s, "known", make_batch([b"ok"]), corr=77)
+        assert r.error_code == 0 and r.base_offset >= 0
+
+
+def test_frame_larger_than_max_closed_before_body(cluster):
+    with connect(cluster) as s:
+        s.sendall(struct.pack(">i", 1 << 30))  # 1 GiB announced, nothing else sent
+        assert_closed(s)
+    healthy(cluster)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        struct.pack(">i", 100) + b"\x00\x03\x00\x0c" + b"\x00" * 6,  # truncated body, then EOF
+        b"\x00\x00",  # truncated size
+        struct.pack(">i", 4) + b"\x00\x00\x00\x00",  # too short for a header
+        struct.pack(">i", 24) + bytes(range(24)),  # garbage (api 1 v515...)
+        struct.pack(">i", 16)
+        + struct.pack(">hhi", 3, 12, 5)
+        + b"\xff" * 6,  # Metadata v12, garbage body
+        struct.pack(">i", -5),  # negative size
+    ],
+)
+def test_truncated_or_garbage_frames(cluster, payload):
+    with connect(cluster) as s:
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+        assert_closed(s)
+    healthy(cluster)
+
+
+@pytest.mark.parametrize("api_key, version", [(23, 3), (71, 0), (999, 0), (0, 2), (1, 99), (3, 99)])
+def test_unknown_api_or_version_closes(cluster, api_key, version):
+    with connect(cluster) as s:
+        body = struct.pack(">hhih", api_key, version, 1, 1) + b"x"
+        s.sendall(struct.pack(">i", len(body)) + body)
+        assert_closed(s)
+    healthy(cluster)
+
+
+def test_api_versions_unsupported_version_falls_back_to_v0(cluster):
+    with connect(cluster) as s:
+        body = struct.pack(">hhih", 18, 9, 3, 1) + b"x"
+        s.sendall(struct.pack(">i", len(body)) + body)
+        hdr, resp = read_response(s, 18, 0)
+        assert hdr.correlation_id == 3 and resp.error_code == 35
+        assert {k.api_key for k in resp.api_keys} >= {0, 1, 3, 18, 22}
+        # the connection stays usable
+        s.sendall(
+            encode_request(18, 3, 4, {"client_software_name": "t", "client_software_version": "1"})
+        )
+        hdr, resp = read_response(s, 18, 3)
+        assert hdr.correlation_id == 4 and resp.error_code == 0
+
+
+def test_unknown_tagged_field_closes(cluster):
+    # Metadata v12 request whose header carries tagged field 99 (kio raises KeyError).
+    head = struct.pack(">hhih", 3, 12, 8, 1) + b"x" + b"\x01" + b"\x63\x01\x00"
+    body = (
+        b"\x00" + b"\x01" + b"\x00" + b"\x00"
+    )  # topics=null, allow_auto, include_topic_ops, no tags
+    s = connect(cluster)
+    with s:
+        s.sendall(struct.pack(">i", len(head + body)) + head + body)
+        assert_closed(s)
+    healthy(cluster)
+
+
+def test_crc_mismatch_is_corrupt_message(cluster):
+    bad = bytearray(make_batch([b"a", b"b"]))
+    bad[-1] ^= 0xFF
+    with connect(cluster) as s:
+        assert produce(s, "known", bytes(bad)).error_code == 2
+        assert produce(s, "known", make_batch([b"fine"]), corr=2).error_code == 0
+
+
+@pytest.mark.parametrize(
+    "mutate, code",
+    [
+        (lambda b: b[:16] + b"\x05" + b[17:], 2),  # magic 5
+        (lambda b: b[:8] + struct.pack(">i", 10) + b[12:], 2),  # batchLength
+        (lambda b: b[:40], 2),  # truncated
+    ],
+)
+def test_malformed_batch(cluster, mutate, code):
+    with connect(cluster) as s:
+        assert produce(s, "known", mutate(make_batch([b"a", b"b"]))).error_code == code
+
+
+def test_bad_record_count_is_invalid_record(cluster):
+    from crc32c import crc32c
+
+    b = bytearray(make_batch([b"a", b"b"]))
+    struct.pack_into(">i", b, 57, 7)
+    struct.pack_into(">I", b, 17, crc32c(bytes(b[21:])))
+    with connect(cluster) as s:
+        assert produce(s, "known", bytes(b)).error_code == 87
+
+
+def test_unknown_topic_with_auto_create_off(cluster):
+    with connect(cluster) as s:
+        assert produce(s, "nope", make_batch([b"a"])).error_code == 3
+        s.sendall(
+            encode_request(
+                3,
+                12,
+                9,
+                {
+                    "topics": [{"name": "nope", "topic_id": None}],
+                    "allow_auto_topic_creation": True,
+                    "include_topic_authorized_operations": False,
+                },
+            )
+        )
+        _, resp = read_response(s, 3, 12)
+        assert [(t.name, t.error_code) for t in resp.topics] == [("nope", 3)]
+    assert cluster.run(lambda: "nope" not in cluster.nodes[1].fsm.topics())
+
+
+def test_idle_client_is_disconnected(cluster):
+    with connect(cluster) as s:
+        t0 = time.monotonic()
+        assert_closed(s, timeout=10)
+        assert time.monotonic() - t0 >= LIMITS.idle_timeout_s * 0.9
+
+
+def test_thousands_of_idle_connections_and_connection_cap(tmp_path):
+    """2000 idle connections against a cap of 1900: the extra ones are closed at
+    accept, the node keeps serving, and closing them all frees everything."""
+    cap = 1900
+    c = SinkCluster(str(tmp_path), n=1, limits=KafkaLimits(max_connections=cap, idle_timeout_s=60))
+    c.start()
+    socks = []
+    try:
+        c.leader_id()
+        for _ in range(cap + 100):
+            socks.append(socket.create_connection(("127.0.0.1", c.ports[1]), timeout=5))
+        server = c.nodes[1].server
+        c.wait_for(lambda: server.rejected_connections >= 100, what="rejections")
+        assert c.run(lambda: len(server.connections)) == cap
+        for s in socks:
+            s.close()
+        socks = []
+        c.wait_for(lambda: len(server.connections) == 0, what="connections released")
+        healthy(c)
+    finally:
+        for s in socks:
+            s.close()
+        c.stop()
+
+
+def test_data_intact_after_bad_input(cluster):
+    def read_all():
+        fsm = cluster.nodes[1].fsm
+        return fsm.read("known", 0, 0, 1 << 30)
+
+    batches = cluster.run(read_all)
+    offsets = [b for b, _ in batches]
+    assert offsets == list(range(len(offsets)))  # every accepted single-record batch, dense
+
+
+def test_retry_while_original_uncommitted_waits_for_it(cluster):
+    """Two identical idempotent batches pipelined on one connection: the second
+    arrives while the first is uncommitted, shares its result (same base offset),
+    and is appended once. A later retry is answered from the producer table."""
+    svc = cluster.nodes[1].service
+    before_hw = cluster.run(lambda: cluster.nodes[1].fsm.high_watermark("known", 0))
+    before_inflight = cluster.run(lambda: svc.inflight_duplicates)
+    batch = make_batch([b"r1", b"r2", b"r3"], producer_id=424242, epoch=0, base_sequence=0)
+
+    def req(corr):
+        return encode_request(
+            0,
+            9,
+            corr,
+            {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout": 5000,
+                "topic_data": [
+                    {"name": "known", "partition_data": [{"index": 0, "records": batch}]}
+                ],
+            },
+        )
+
+    with connect(cluster) as s:
+        s.sendall(req(1) + req(2))
+        r1 = read_response(s, 0, 9)[1].responses[0].partition_responses[0]
+        r2 = read_response(s, 0, 9)[1].responses[0].partition_responses[0]
+        assert (r1.error_code, r2.error_code) == (0, 0)
+        assert r1.base_offset == r2.base_offset == before_hw
+        r3 = produce(s, "known", batch, corr=3)
+        assert (r3.error_code, r3.base_offset) == (0, before_hw)
+    assert cluster.run(lambda: cluster.nodes[1].fsm.high_watermark("known", 0)) == before_hw + 3
+    assert cluster.run(lambda: svc.inflight_duplicates) == before_inflight + 1
+
+
+def test_backpressure_stops_reading_when_pending_full(tmp_path):
+    """With max_inflight_requests=2 the server stops reading after two
+    unanswered requests; everything is still answered, in order."""
+    c = SinkCluster(str(tmp_path), n=1, limits=KafkaLimits(max_inflight_requests=2))
+    c.start()
+    try:
+        c.leader_id()
+        with connect(c) as s:
+            n = 30
+            s.sendall(
+                b"".join(
+                    encode_request(
+                        0,
+                        9,
+                        100 + i,
+                        {
+                            "transactional_id": None,
+                            "acks": -1,
+                            "timeout": 5000,
+                            "topic_data": [
+                                {
+                                    "name": "bp",
+                                    "partition_data": [
+                                        {"index": 0, "records": make_batch([b"x%d" % i])}
+                                    ],
+                                }
+                            ],
+                        },
+                    )
+                    for i in range(n)
+                )
+            )
+            got = []
+            for _ in range(n):
+                hdr, resp = read_response(s, 0, 9)
+                got.append(
+                    (hdr.correlation_id, resp.responses[0].partition_responses[0].base_offset)
+                )
+        assert got == [(100 + i, i) for i in range(n)]
+    finally:
+        c.stop()

@@ -1,0 +1,54 @@
+"""Build RecordBatch v2 bytes for tests (uncompressed, valid CRC)."""
+
+from __future__ import annotations
+
+import struct
+
+from crc32c import crc32c
+
+from sink.kafka.records import HEADER
+
+
+def _varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def make_batch(
+    values: list[bytes],
+    *,
+    producer_id: int = -1,
+    epoch: int = -1,
+    base_sequence: int = -1,
+    attributes: int = 0,
+    base_offset: int = 0,
+    leader_epoch: int = -1,
+) -> bytes:
+    recs = b""
+    for i, v in enumerate(values):
+        body = b"\x00" + _varint(0) + _varint(i) + _varint(-1) + _varint(len(v)) + v + _varint(0)
+        recs += _varint(len(body)) + body
+    n = len(values)
+    header = HEADER.pack(
+        base_offset,
+        49 + len(recs),
+        leader_epoch,
+        2,
+        0,
+        attributes,
+        n - 1,
+        1000,
+        1000 + n,
+        producer_id,
+        epoch,
+        base_sequence,
+        n,
+    )
+    batch = bytearray(header + recs)
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    return bytes(batch)

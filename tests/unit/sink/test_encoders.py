@@ -1,0 +1,130 @@
+"""Hand-rolled Produce/Fetch responses are byte-identical to kio for every served version."""
+
+import pytest
+from kio.index import load_response_schema
+
+from sink.kafka.build import build, encode_entity
+from sink.kafka.encoders import FetchPartition, ProducePartition, encode_fetch, encode_produce
+from sink.kafka.handlers import SUPPORTED
+from sink.kafka.handlers.cluster import encode_api_versions
+
+
+def kio_produce(version, corr, topics, endpoints):
+    vals = {
+        "responses": [
+            {
+                "name": name,
+                "partition_responses": [
+                    {
+                        "index": p.index,
+                        "error_code": p.error,
+                        "base_offset": p.base_offset,
+                        "log_start_offset": p.log_start_offset,
+                        "log_append_time": None,
+                        "record_errors": [],
+                        "error_message": None,
+                        "current_leader": {
+                            "leader_id": p.leader_id,
+                            "leader_epoch": p.leader_epoch,
+                        },
+                    }
+                    for p in parts
+                ],
+            }
+            for name, parts in topics
+        ],
+        "throttle_time": 0,
+        "node_endpoints": [
+            {"node_id": n, "host": h, "port": port, "rack": None} for n, h, port in endpoints
+        ],
+    }
+    return encode_entity(corr, build(load_response_schema(0, version), vals))
+
+
+PRODUCE_CASES = [
+    ([("t1", [ProducePartition(0, 0, 5, 0)])], []),
+    (
+        [("t1", [ProducePartition(0, 0, 5, 0), ProducePartition(1, 6, -1, -1, 2, 7)])],
+        [(2, "host-2", 9092)],
+    ),
+    ([("a", [ProducePartition(3, 45, -1, -1)]), ("bé", [ProducePartition(0, 0, 1 << 40, 17)])], []),
+    ([], []),
+]
+
+
+@pytest.mark.parametrize("version", range(SUPPORTED[0][0], SUPPORTED[0][1] + 1))
+@pytest.mark.parametrize("case", range(len(PRODUCE_CASES)))
+def test_produce_identical_to_kio(version, case):
+    topics, endpoints = PRODUCE_CASES[case]
+    assert encode_produce(version, 42, topics, endpoints) == kio_produce(
+        version, 42, topics, endpoints
+    )
+
+
+def kio_fetch(version, corr, topics):
+    vals = {
+        "throttle_time": 0,
+        "error_code": 0,
+        "session_id": 0,
+        "responses": [
+            {
+                "topic": name,
+                "partitions": [
+                    {
+                        "partition_index": p.index,
+                        "error_code": p.error,
+                        "high_watermark": p.high_watermark,
+                        "last_stable_offset": p.high_watermark,
+                        "log_start_offset": p.log_start_offset,
+                        "aborted_transactions": None,
+                        "preferred_read_replica": -1,
+                        "records": b"".join(bytes(x) for x in p.batches),
+                    }
+                    for p in parts
+                ],
+            }
+            for name, parts in topics
+        ],
+    }
+    return encode_entity(corr, build(load_response_schema(1, version), vals))
+
+
+FETCH_CASES = [
+    [
+        (
+            "tt",
+            [
+                FetchPartition(0, 0, 10, 2, [b"abc", memoryview(b"defg")], 7),
+                FetchPartition(1, 1, 3, 0, [], 0),
+            ],
+        )
+    ],
+    [("x", [FetchPartition(0, 0, 0, 0, [], 0)]), ("y", [FetchPartition(2, 3, -1, -1, [], 0)])],
+    [("big", [FetchPartition(0, 0, 99, 0, [b"z" * 300], 300)])],  # multi-byte varint length
+    [],
+]
+
+
+@pytest.mark.parametrize("version", range(SUPPORTED[1][0], SUPPORTED[1][1] + 1))
+@pytest.mark.parametrize("case", range(len(FETCH_CASES)))
+def test_fetch_identical_to_kio(version, case):
+    topics = FETCH_CASES[case]
+    assert b"".join(encode_fetch(version, 7, topics)) == kio_fetch(version, 7, topics)
+
+
+def test_api_versions_fallback_is_v0_body_with_error_35():
+    from kio.schema.api_versions.v0.response import ApiVersionsResponse
+    from kio.serial import entity_reader
+
+    data = encode_api_versions(0, 9, SUPPORTED, 35)
+    assert data[:4] == b"\x00\x00\x00\x09"  # response header v0
+    resp, _ = entity_reader(ApiVersionsResponse)(data, 4)
+    assert resp.error_code == 35
+    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == SUPPORTED
+
+
+def test_advertised_apis_gate_librdkafka_features():
+    assert SUPPORTED[1][1] >= 10  # zstd needs Fetch >= 10
+    assert 10 in SUPPORTED  # lz4 needs FindCoordinator
+    assert 22 in SUPPORTED  # idempotence needs InitProducerId
+    assert 23 not in SUPPORTED and 71 not in SUPPORTED  # never OffsetForLeaderEpoch / telemetry
