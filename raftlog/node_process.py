@@ -31,6 +31,7 @@ import grpc
 
 from raftlog.entry import LogEntry
 from raftlog.runtime import NodeOptions, NotLeaderError, RaftError, RaftNode, StateMachine
+from raftlog.runtime.gc_tuning import tune_gc_for_latency
 from raftlog.transport import GrpcTransport
 
 log = logging.getLogger("raftlog.node_process")
@@ -215,6 +216,7 @@ async def serve(args: argparse.Namespace) -> None:
     if control.add_insecure_port(args.control) == 0:
         raise SystemExit(f"cannot listen on {args.control}")
     await control.start()
+    tune_gc_for_latency()
     print(f"ready node={args.id} raft={args.raft} control={args.control}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

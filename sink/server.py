@@ -20,6 +20,7 @@ import grpc
 from prometheus_client import start_http_server
 
 from raftlog.runtime import NodeOptions, RaftNode
+from raftlog.runtime.gc_tuning import tune_gc_for_latency
 from raftlog.storage import StorageOptions
 from raftlog.transport import GrpcTransport
 from sink.config import SinkConfig
@@ -177,6 +178,7 @@ async def serve(config: SinkConfig, ready_line: bool = True) -> None:
     """Run a node until SIGTERM/SIGINT; prints one 'ready' line on stdout when serving."""
     server = SinkNodeServer(config)
     await server.start()
+    tune_gc_for_latency()
     if ready_line:
         print(
             f"ready node={config.node_id} kafka={config.me.kafka} read_api={config.me.read_api}",

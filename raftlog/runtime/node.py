@@ -410,17 +410,14 @@ class RaftNode:
             if (hs.term, hs.vote) != (self._saved_hs.term, self._saved_hs.vote):
                 last = self.queue.save_hard_state(hs)
                 self._saved_hs = hs
-        # Committed entries need only be durable HERE (they are on a quorum):
-        # release them now when they are, instead of queueing them behind this
-        # Ready's unrelated fsync. Order is kept: once one batch waits, every
-        # later one waits behind it; a snapshot always goes through the queue.
+        # A committed entry is durable on a quorum: it may be applied before
+        # this node's own copy is synced (etcd allows the same with async
+        # storage writes), so local fsync stalls stay off the client's path.
+        # Order is kept: behind a snapshot (which goes through the ordered
+        # path) every later batch waits too.
         parked = False
         if rd.committed_entries:
-            if (
-                self._parked_commits
-                or rd.snapshot is not None
-                or rd.committed_entries[-1].index > self.queue.durable_index
-            ):
+            if self._parked_commits or rd.snapshot is not None:
                 parked = True
                 self._parked_commits += 1
             else:
@@ -609,7 +606,9 @@ class RaftNode:
                 hs = self._last_hs
                 if hs.commit != self._saved_hs.commit and hs.term == self._saved_hs.term:
                     self._saved_hs = hs
-                    self.queue.save_hard_state(hs)
+                    # Only a restart optimisation: written in order with the
+                    # appends (so never ahead of them) but not fsynced.
+                    self.queue.save_hard_state(hs, durable=False)
 
     # ------------------------------------------------------- state changes
 

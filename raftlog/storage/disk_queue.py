@@ -136,9 +136,10 @@ class DiskQueue:
             op.cap = min(op.cap, self._last)
         return self._submit(_Op(_RESET, self._loop.create_future(), arg=(next_index, snapshot)))
 
-    def save_hard_state(self, hs: HardState) -> asyncio.Future[None]:
-        """Persist term/vote/commit; durable (and ordered after earlier appends) when done."""
-        return self._submit(_Op(_HARD_STATE, self._loop.create_future(), arg=hs))
+    def save_hard_state(self, hs: HardState, durable: bool = True) -> asyncio.Future[None]:
+        """Persist term/vote/commit, ordered after earlier appends; with
+        durable=False (commit checkpoints only) it is written but not fsynced."""
+        return self._submit(_Op(_HARD_STATE, self._loop.create_future(), arg=(hs, durable)))
 
     def save_snapshot_meta(self, meta: SnapshotMeta) -> asyncio.Future[None]:
         return self._submit(_Op(_SNAPSHOT, self._loop.create_future(), arg=meta))
@@ -308,7 +309,7 @@ class DiskQueue:
             elif kind == _RESET:
                 self._run_ops_safely(batch, store.reset, *batch[0].arg)
             elif kind == _HARD_STATE:
-                self._run_ops_safely(batch, store.save_hard_state, batch[0].arg)
+                self._run_ops_safely(batch, store.save_hard_state, *batch[0].arg)
             elif kind == _SNAPSHOT:
                 self._run_ops_safely(batch, store.save_snapshot_meta, batch[0].arg)
             elif kind == _SYNC:

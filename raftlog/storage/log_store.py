@@ -836,11 +836,12 @@ class LogStore:
             self._pending_bytes = 0
             self._snapshot = snapshot
 
-    def save_hard_state(self, hs: HardState) -> None:
-        """Persist term, vote and commit checkpoint atomically; durable on return."""
+    def save_hard_state(self, hs: HardState, durable: bool = True) -> None:
+        """Persist term, vote and commit checkpoint atomically; durable on return
+        unless durable=False (a commit-only checkpoint: a crash may undo it)."""
         with self._write_lock:
             self._check_open()
-            self._guard(self._write_meta, "hard_state", hs)
+            self._guard(self._write_meta, "hard_state", hs, durable)
             self._hard_state = hs
 
     def save_snapshot_meta(self, meta: SnapshotMeta) -> None:
@@ -850,8 +851,8 @@ class LogStore:
             self._guard(self._write_meta, "snapshot", meta)
             self._snapshot = meta
 
-    def _write_meta(self, what: str, value: HardState | SnapshotMeta) -> None:
-        with self._index.writer(durable=True) as w:
+    def _write_meta(self, what: str, value: HardState | SnapshotMeta, durable: bool = True) -> None:
+        with self._index.writer(durable=durable) as w:
             if what == "hard_state":
                 w.set_hard_state(value)  # type: ignore[arg-type]
             else:
