@@ -41,6 +41,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         "election_ticks": args.election_ticks,
         "max_frame_bytes": args.max_frame_bytes,
         "write_caching": True if args.write_caching else None,
+        "snapshot_every_entries": args.snapshot_every_entries,
+        "retention_max_entries": args.retention_max_entries,
+        "retention_hard_max_entries": args.retention_hard_max_entries,
         "log_level": args.log_level,
     }
     try:
@@ -205,6 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--election-ticks", type=int, help="election timeout in ticks (default 10)")
     p.add_argument("--max-frame-bytes", type=int, help="largest Kafka request (default 100 MiB)")
     p.add_argument("--write-caching", action="store_true", help="relaxed durability (see docs)")
+    p.add_argument(
+        "--snapshot-every-entries", type=int, help="snapshot + compaction period (0: off)"
+    )
+    p.add_argument(
+        "--retention-max-entries", type=int, help="soft log size limit (default 1,000,000)"
+    )
+    p.add_argument("--retention-hard-max-entries", type=int, help="hard log size limit (0: none)")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING (default), ERROR")
     p.set_defaults(func=_cmd_serve)
 

@@ -106,6 +106,15 @@ class SinkConfig:
     write_caching: bool = False
     """Relaxed durability (see docs/storage.md): OFF by default; a power cut can
     lose acknowledged records when on."""
+    snapshot_every_entries: int = 0
+    """Snapshot the sink state (and allow log compaction) every this many applied
+    entries; 0: never, so the Raft log keeps every record."""
+    retention_max_entries: int = 1_000_000
+    """Soft retention: with snapshots on, compact the log down to this many entries,
+    but never past data a registered pipeline has not committed."""
+    retention_hard_max_entries: int = 0
+    """Hard retention: the log never holds more than this many entries, even if a
+    pipeline has not consumed them (the reader then reports data loss); 0: none."""
     log_level: str = "WARNING"
     """Python logging level of the node (INFO shows elections and connections)."""
 
@@ -132,6 +141,12 @@ class SinkConfig:
             raise ConfigError(f"default_partitions must be 1..10000, got {self.default_partitions}")
         if self.tick_ms < 1 or self.election_ticks < 2:
             raise ConfigError("tick_ms must be >= 1 and election_ticks >= 2")
+        if min(self.snapshot_every_entries, self.retention_max_entries) < 0:
+            raise ConfigError("snapshot_every_entries and retention_max_entries must be >= 0")
+        if self.retention_hard_max_entries and (
+            self.retention_hard_max_entries < self.retention_max_entries
+        ):
+            raise ConfigError("retention_hard_max_entries must be 0 or >= retention_max_entries")
         if self.max_frame_bytes < 1024:
             raise ConfigError("max_frame_bytes must be >= 1024")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
@@ -146,7 +161,16 @@ class SinkConfig:
         return getattr(self, f"{which}_listen") or getattr(self.me, which)
 
 
-_INT_FIELDS = {"node_id", "default_partitions", "tick_ms", "election_ticks", "max_frame_bytes"}
+_INT_FIELDS = {
+    "node_id",
+    "default_partitions",
+    "tick_ms",
+    "election_ticks",
+    "max_frame_bytes",
+    "snapshot_every_entries",
+    "retention_max_entries",
+    "retention_hard_max_entries",
+}
 _BOOL_FIELDS = {"auto_create_topics", "write_caching"}
 
 

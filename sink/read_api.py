@@ -23,6 +23,7 @@ log = logging.getLogger("sink.read_api")
 
 SERVICE = "raftsink.SinkRead"
 ERR_NONE, ERR_OFFSET_OUT_OF_RANGE, ERR_UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 3
+ERR_NOT_LEADER, ERR_INVALID_REQUEST = 6, 42
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 MAX_WAIT_MS = 30_000
 
@@ -40,10 +41,12 @@ class ReadApiService:
         node: Any,
         fsm: Any,
         wait_for_data: Callable[[str, int, int, float], Any] | None = None,
+        leader_read_api: Callable[[int], str | None] | None = None,
     ) -> None:
         self.node = node
         self.fsm = fsm
         self.wait_for_data = wait_for_data
+        self.leader_read_api = leader_read_api
 
     async def status(self, req: pb.StatusRequest, ctx: grpc.aio.ServicerContext) -> pb.StatusReply:
         st = self.node.status()
@@ -111,6 +114,36 @@ class ReadApiService:
             log_start_offset=start,
         )
 
+    async def commit(self, req: pb.CommitRequest, ctx: grpc.aio.ServicerContext) -> pb.CommitReply:
+        """Propose the pipeline's offsets on the leader; a follower forwards once."""
+        from sink.state.commands import encode_commit_offsets
+
+        if not req.pipeline:
+            return pb.CommitReply(error_code=ERR_INVALID_REQUEST, error="pipeline id is required")
+        if self.node.is_leader():
+            data = encode_commit_offsets(
+                req.pipeline, [(o.topic, o.partition, o.offset) for o in req.offsets]
+            )
+            try:
+                res = await self.node.apply(data)
+            except RaftError as exc:
+                return pb.CommitReply(error_code=ERR_NOT_LEADER, error=str(exc))
+            return pb.CommitReply(partitions=int(res.result or 0))
+        leader = self.node.leader_id
+        address = self.leader_read_api(leader) if (leader and self.leader_read_api) else None
+        forwarded = dict(ctx.invocation_metadata() or ()).get("raftsink-forwarded")
+        if address is None or forwarded:
+            return pb.CommitReply(error_code=ERR_NOT_LEADER, error="no leader reachable")
+        client = ReadApiClient(address)
+        try:
+            return await client.commit_request(req, forwarded=True)
+        except grpc.aio.AioRpcError as exc:
+            return pb.CommitReply(
+                error_code=ERR_NOT_LEADER, error=f"leader unreachable: {exc.details()}"
+            )
+        finally:
+            await client.close()
+
     def handler(self) -> grpc.GenericRpcHandler:
         def unary(fn, req_cls, resp_cls):
             return grpc.unary_unary_rpc_method_handler(
@@ -125,6 +158,7 @@ class ReadApiService:
                 "Status": unary(self.status, pb.StatusRequest, pb.StatusReply),
                 "Partitions": unary(self.partitions, pb.PartitionsRequest, pb.PartitionsReply),
                 "Fetch": unary(self.fetch, pb.FetchRequest, pb.FetchReply),
+                "Commit": unary(self.commit, pb.CommitRequest, pb.CommitReply),
             },
         )
 
@@ -176,6 +210,26 @@ class ReadApiClient:
                 max_wait_ms=max_wait_ms,
             ),
             timeout=timeout,
+        )
+
+    async def commit(
+        self, pipeline: str, offsets: dict[tuple[str, int], int], timeout: float = 15.0
+    ) -> pb.CommitReply:
+        """Report a pipeline's consumed offsets ({(topic, partition): next offset})."""
+        req = pb.CommitRequest(
+            pipeline=pipeline,
+            offsets=[
+                pb.PartitionOffset(topic=t, partition=p, offset=o) for (t, p), o in offsets.items()
+            ],
+        )
+        return await self.commit_request(req, timeout=timeout)
+
+    async def commit_request(
+        self, req: pb.CommitRequest, forwarded: bool = False, timeout: float = 15.0
+    ) -> pb.CommitReply:
+        metadata = (("raftsink-forwarded", "1"),) if forwarded else None
+        return await self._call("Commit", pb.CommitRequest, pb.CommitReply)(
+            req, timeout=timeout, metadata=metadata
         )
 
     async def close(self) -> None:

@@ -82,6 +82,8 @@ class SinkNodeServer:
             tick_ms=cfg.tick_ms,
             election_ticks=cfg.election_ticks,
             storage=StorageOptions(write_caching=cfg.write_caching),
+            snapshot_every_entries=cfg.snapshot_every_entries,
+            snapshot_keep_entries=0,  # retention decides, in _compaction_limit
         )
         self.node = RaftNode(
             cfg.node_id,
@@ -90,6 +92,7 @@ class SinkNodeServer:
             self.fsm,
             self.transport,
             options,
+            compaction_limit=self._compaction_limit,
         )
         node = self.node
         await node.start()
@@ -118,7 +121,12 @@ class SinkNodeServer:
                 external, ehost, eport, KafkaLimits(max_frame_bytes=cfg.max_frame_bytes)
             )
             await self.kafka_external.start()
-        read_api = ReadApiService(node, self.fsm, self._wait_for_data)
+        read_api = ReadApiService(
+            node,
+            self.fsm,
+            self._wait_for_data,
+            leader_read_api=lambda i: cfg.peers[i].read_api if i in cfg.peers else None,
+        )
         self._read_server = grpc.aio.server(
             options=[("grpc.max_send_message_length", 128 * 1024 * 1024)]
         )
@@ -147,6 +155,19 @@ class SinkNodeServer:
             cfg.listen("raft"),
             cfg.listen("read_api"),
         )
+
+    def _compaction_limit(self) -> int | None:
+        """Retention: compact to retention_max_entries, never past data a
+        registered pipeline still needs, unless the hard limit forces it."""
+        cfg, node = self.config, self.node
+        applied = node.applied
+        limit = applied - cfg.retention_max_entries
+        floor = self.fsm.retention_floor_index()
+        if floor is not None:
+            limit = min(limit, floor)
+        if cfg.retention_hard_max_entries:
+            limit = max(limit, applied - cfg.retention_hard_max_entries)
+        return limit
 
     async def _wait_for_data(self, topic: str, partition: int, offset: int, timeout: float) -> None:
         """Long poll of the read API: until data past offset is applied, or timeout."""

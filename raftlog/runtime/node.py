@@ -24,7 +24,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,7 @@ class RaftNode:
         group_id: int = 0,
         seed: int | None = None,
         join: bool = False,
+        compaction_limit: Callable[[], int | None] | None = None,
     ) -> None:
         if node_id not in peers and not join:
             raise ValueError(f"peers must include this node ({node_id})")
@@ -100,6 +101,9 @@ class RaftNode:
         # A joining node starts with no voters: it never campaigns, and learns
         # the membership from the leader's log (after add_learner/add_voter).
         self._join = join
+        # compaction_limit() -> highest log index the application allows to be
+        # compacted away (None: no limit). Retention policies live there.
+        self._compaction_limit = compaction_limit
         self._seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -579,6 +583,10 @@ class RaftNode:
             await asyncio.to_thread(self.snapshots.save, snap)
             await self.queue.save_snapshot_meta(snap.meta)
             upto = snap.meta.index - self.options.snapshot_keep_entries
+            if self._compaction_limit is not None:
+                limit = self._compaction_limit()
+                if limit is not None:
+                    upto = min(upto, limit)
             if upto >= self.queue.first_index():
                 await self.queue.truncate_prefix(upto)
         except Exception as exc:

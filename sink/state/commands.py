@@ -7,6 +7,9 @@ Every command starts with a one-byte tag. Encoding is explicit struct packing
                 i16 epoch | i32 base sequence | RecordBatch v2 bytes (as sent)
     CREATE      b"T" | u16 name len | name | i32 partitions | 16-byte topic uuid
     ALLOC_PID   b"I"
+    COMMIT      b"C" | u16 pipeline len | pipeline | u32 n |
+                n x (u16 topic len | topic | i32 partition | i64 offset)
+                offsets a consuming pipeline has durably processed (retention)
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import NamedTuple
 PRODUCE = 0x50  # "P"
 CREATE_TOPIC = 0x54  # "T"
 ALLOC_PID = 0x49  # "I"
+COMMIT_OFFSETS = 0x43  # "C"
 
 _H = struct.Struct(">H")
 _PRODUCE_TAIL = struct.Struct(">iqhi")
@@ -85,3 +89,37 @@ def decode_create_topic(data: bytes) -> CreateTopicCmd:
     name = data[3 : 3 + n].decode()
     partitions, raw = _CREATE_TAIL.unpack_from(data, 3 + n)
     return CreateTopicCmd(name, partitions, uuid.UUID(bytes=raw))
+
+
+_U32 = struct.Struct(">I")
+_PART_OFFSET = struct.Struct(">iq")
+
+
+class CommitOffsetsCmd(NamedTuple):
+    pipeline: str
+    offsets: list[tuple[str, int, int]]  # (topic, partition, next offset to read)
+
+
+def encode_commit_offsets(pipeline: str, offsets: list[tuple[str, int, int]]) -> bytes:
+    name = pipeline.encode()
+    parts = [b"C", _H.pack(len(name)), name, _U32.pack(len(offsets))]
+    for topic, partition, offset in offsets:
+        t = topic.encode()
+        parts += [_H.pack(len(t)), t, _PART_OFFSET.pack(partition, offset)]
+    return b"".join(parts)
+
+
+def decode_commit_offsets(data: bytes) -> CommitOffsetsCmd:
+    (n,) = _H.unpack_from(data, 1)
+    pipeline = data[3 : 3 + n].decode()
+    pos = 3 + n
+    (count,) = _U32.unpack_from(data, pos)
+    pos += 4
+    out = []
+    for _ in range(count):
+        (tl,) = _H.unpack_from(data, pos)
+        topic = data[pos + 2 : pos + 2 + tl].decode()
+        partition, offset = _PART_OFFSET.unpack_from(data, pos + 2 + tl)
+        pos += 2 + tl + _PART_OFFSET.size
+        out.append((topic, partition, offset))
+    return CommitOffsetsCmd(pipeline, out)

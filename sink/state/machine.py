@@ -88,6 +88,10 @@ class SinkStateMachine(StateMachine):
         self._read_entries: ReadEntries | None = None
         self._first_index: Callable[[], int] | None = None
         self._data_event: asyncio.Event | None = None
+        # Consuming pipelines (Spark queries): pipeline -> (topic, partition) ->
+        # next offset to read. Retention never compacts past what a registered
+        # pipeline still needs (see retention_floor_index).
+        self.pipelines: dict[str, dict[tuple[str, int], int]] = {}
         self.on_leader_change: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------ wiring
@@ -129,6 +133,8 @@ class SinkStateMachine(StateMachine):
             elif tag == cmd.ALLOC_PID:
                 results.append(self.next_producer_id)
                 self.next_producer_id += 1
+            elif tag == cmd.COMMIT_OFFSETS:
+                results.append(self._apply_commit(cmd.decode_commit_offsets(data)))
             else:  # never crash a node over one entry it cannot read
                 log.error("sink.apply unknown command tag=%r index=%d", tag, e.index)
                 results.append(None)
@@ -165,6 +171,34 @@ class SinkStateMachine(StateMachine):
         else:
             base = part.append(e.index, count)
         return ProduceResult(NONE, base, part.log_start_offset)
+
+    def _apply_commit(self, c: cmd.CommitOffsetsCmd) -> int:
+        """Record a pipeline's consumed offsets (they only move forward); returns
+        how many partitions it now covers."""
+        mine = self.pipelines.setdefault(c.pipeline, {})
+        for topic, partition, offset in c.offsets:
+            if (topic, partition) in self._parts and offset >= mine.get((topic, partition), 0):
+                mine[(topic, partition)] = offset
+        return len(mine)
+
+    def retention_floor_index(self) -> int | None:
+        """Highest Raft log index that can be compacted without removing a record
+        some registered pipeline has not committed; None: no pipeline constrains.
+
+        A pipeline holds, in each partition it committed, the batch containing
+        its next offset and everything after it."""
+        floor: int | None = None
+        for offsets in self.pipelines.values():
+            for (topic, partition), offset in offsets.items():
+                part = self._parts.get((topic, partition))
+                if part is None or offset >= part.next_offset:
+                    continue  # fully consumed: holds nothing back
+                pos = part.position(max(offset, part.log_start_offset))
+                keep_from = part.log_index[pos] if pos < len(part.log_index) else None
+                if keep_from is not None:
+                    limit = keep_from - 1
+                    floor = limit if floor is None else min(floor, limit)
+        return floor
 
     def _apply_create(self, c: cmd.CreateTopicCmd) -> CreateTopicResult:
         existing = self._topics.get(c.name)
@@ -293,6 +327,10 @@ class SinkStateMachine(StateMachine):
             "topics": [[t.name, t.partitions, str(t.topic_id)] for t in self._topics.values()],
             "parts": [[t, p, part.to_json()] for (t, p), part in self._parts.items()],
             "producers": self.producers.to_json(),
+            "pipelines": {
+                name: [[t, p, o] for (t, p), o in offs.items()]
+                for name, offs in self.pipelines.items()
+            },
         }
         return zlib.compress(json.dumps(state, separators=(",", ":")).encode(), 1)
 
@@ -307,4 +345,8 @@ class SinkStateMachine(StateMachine):
         }
         self._parts = {(t, p): PartitionLog.from_json(d) for t, p, d in state["parts"]}
         self.producers = ProducerTable.from_json(state["producers"])
+        self.pipelines = {
+            name: {(t, p): o for t, p, o in offs}
+            for name, offs in state.get("pipelines", {}).items()
+        }
         self._notify_data()
