@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import threading
 import time
 
 import pytest
@@ -30,6 +31,42 @@ def wait_for(cond, timeout: float, what: str, poll=None) -> None:
             poll(0.05)
         else:
             time.sleep(0.05)
+
+
+class WatermarkWatcher:
+    """Queries every partition's high watermark (Kafka ListOffsets) in a loop and
+    records any decrease: the high watermark must never move backwards, also
+    across leader changes."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "hw-watch", "enable.auto.commit": False}
+        )
+        self.highest = {p: -1 for p in range(PARTITIONS)}
+        self.backwards: list[tuple[int, int, int]] = []
+        self.samples = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for p in range(PARTITIONS):
+                try:
+                    _, high = self.consumer.get_watermark_offsets(
+                        TopicPartition(TOPIC, p), timeout=1.0, cached=False
+                    )
+                except Exception:
+                    continue
+                self.samples += 1
+                if high < self.highest[p]:
+                    self.backwards.append((p, self.highest[p], high))
+                self.highest[p] = max(self.highest[p], high)
+            self.stop.wait(0.02)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.consumer.close()
 
 
 def consume_all(
@@ -112,10 +149,14 @@ def test_idempotent_producer_survives_two_leader_kills(tmp_path):
         def total_acked() -> int:
             return sum(len(v) for v in acked.values())
 
+        watcher: WatermarkWatcher | None = None
         for _round in range(2):
             send(rng.randint(2_000, 6_000))
             target = total_acked() + rng.randint(500, 1_500)
             wait_for(lambda t=target: total_acked() >= t, 60, "acknowledgements", producer.poll)
+            if watcher is None:  # the topic exists now
+                watcher = WatermarkWatcher(cluster.bootstrap_servers)
+                watcher.thread.start()
             print(f"kill -9 leader node {leader} after {total_acked()} acks")
             cluster.kill(leader)
             victim = leader
@@ -126,6 +167,10 @@ def test_idempotent_producer_survives_two_leader_kills(tmp_path):
         assert producer.flush(120) == 0, "records still in flight after 120 s"
         assert not failed, f"{len(failed)} deliveries failed, first: {failed[0]}"
         asyncio.run(cluster.wait_ready())
+        assert watcher is not None
+        watcher.close()
+        assert watcher.samples > 20, "the watermark watcher barely ran"
+        assert not watcher.backwards, f"high watermark moved backwards: {watcher.backwards}"
 
         expected = {p: len(acked[p]) for p in range(PARTITIONS)}
         assert sum(expected.values()) == sent, "every record was acknowledged"
