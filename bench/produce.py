@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -30,6 +29,9 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import machine, percentile, print_targets
 
 from raftlog.local_cluster import free_ports
 from sink.local_cluster import LocalSinkCluster
@@ -54,23 +56,6 @@ def ensure_debian_packages(*names: str) -> None:
         subprocess.run(
             ["apt-get", "install", "-y", "-qq", *missing], env=env, check=True, capture_output=True
         )
-
-
-def machine() -> str:
-    cpu = "unknown cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * (len(s) - 1)))]
 
 
 # ------------------------------------------------------------------ raftsink
@@ -336,7 +321,7 @@ def main() -> int:
         ">= 100 MB/s of 1 KiB": fig["mb_s_1k"] >= 100,
         "p99 <= 5 ms at 1,000/s": fig["p99_ms"] <= 5,
     }
-    print("targets: " + ", ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in targets.items()))
+    print_targets(targets)
     print(json.dumps(fig))
     return 0
 

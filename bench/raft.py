@@ -19,31 +19,22 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import machine, print_targets
 
 from raftlog.local_cluster import ProcessCluster, free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = {"100b": 100, "1k": 1024, "64k": 65536}
 CONCURRENCY = {"100b": 512, "1k": 512, "64k": 64}
-
-
-def machine() -> str:
-    cpu = "unknown cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, host {socket.gethostname()}"
 
 
 async def raftlog_figures(base: str, seconds: float) -> dict:
@@ -179,9 +170,7 @@ def main() -> int:
             "p99 <= 5 ms at 1,000/s": figures["p99_ms_at_1k"] <= 5,
             "failover <= 1 s": figures["failover_s"] <= 1,
         }
-        print(
-            "targets: " + ", ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in targets.items())
-        )
+        print_targets(targets)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(json.dumps(figures))

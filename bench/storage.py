@@ -23,7 +23,6 @@ import asyncio
 import collections
 import json
 import os
-import platform
 import random
 import shutil
 import subprocess
@@ -32,6 +31,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import machine, print_targets
 
 from raftlog.entry import EntryType, LogEntry
 from raftlog.storage import DiskQueue, LogStore, StorageOptions
@@ -39,19 +41,6 @@ from raftlog.storage import DiskQueue, LogStore, StorageOptions
 KiB, MiB, GiB = 1024, 1024 * 1024, 1024 * 1024 * 1024
 SIZES = [100, KiB, 64 * KiB, MiB]
 SUBMITTERS = 8
-
-
-def machine() -> str:
-    cpu = "unknown cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 
 def fs_of(path: str) -> str:
@@ -311,10 +300,7 @@ def main() -> int:
             "reopen <= 1 s": figures["reopen_2gb_s"] <= 1.0,
             "random reads >= 100k/s": figures["random_reads_per_s"] >= 100_000,
         }
-        print(
-            "\ntargets: "
-            + ", ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in targets.items())
-        )
+        print_targets(targets)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(json.dumps(figures))
