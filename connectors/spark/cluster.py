@@ -1,0 +1,192 @@
+"""Synchronous, failing-over access to the cluster's read API (sink.read_api.ReadApiClient).
+
+Spark calls the source from plain threads in several processes (source runner, planner,
+executor workers), none with an event loop of ours, so each process runs one private asyncio
+loop in a daemon thread and keeps one ReadApiClient per address in it (Python workers are
+reused across tasks, so the clients survive between read() calls). Nothing here is created in
+__init__ of a reader: readers are pickled, sockets are not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from connectors.spark.errors import ClusterUnreachableError
+from connectors.spark.offsets import TopicPartition
+from sink.read_api import ReadApiClient
+
+log = logging.getLogger("connectors.spark")
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """One event loop per process, in a daemon thread (stop() is never called by Spark)."""
+
+    _lock = threading.Lock()
+    _instance: _LoopThread | None = None
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.clients: dict[str, ReadApiClient] = {}
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.call_soon(ready.set)
+            self.loop.run_forever()
+
+        threading.Thread(target=run, name="raftsink-read-api", daemon=True).start()
+        ready.wait()
+
+    @classmethod
+    def get(cls) -> _LoopThread:
+        with cls._lock:
+            # A forked child inherits the object but not the thread: make a new one.
+            if cls._instance is None or cls._instance.pid != os.getpid():
+                cls._instance = _LoopThread()
+            return cls._instance
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout + 5.0)
+        except TimeoutError:
+            fut.cancel()
+            raise
+
+    def client(self, address: str) -> ReadApiClient:
+        c = self.clients.get(address)
+        if c is None:
+
+            async def make() -> ReadApiClient:
+                return ReadApiClient(address)
+
+            c = self.run(make(), 5.0)
+            self.clients[address] = c
+        return c
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    log_start_offset: int
+    high_watermark: int
+
+
+def _describe(exc: BaseException) -> str:
+    code = getattr(exc, "code", None)
+    details = getattr(exc, "details", None)
+    if callable(code) and callable(details):
+        try:
+            return f"{code().name}: {details()}"
+        except Exception:
+            pass
+    return f"{type(exc).__name__}: {exc}"
+
+
+class ReadCluster:
+    """The read API of every node in `nodes`, tried in order with failover.
+
+    `preferred` remembers the last node that answered so a dead node is not retried first on
+    every call; the order is otherwise the user's.
+    """
+
+    def __init__(
+        self, nodes: Sequence[str], request_timeout_s: float = 10.0, retry_timeout_s: float = 60.0
+    ) -> None:
+        self.nodes = list(nodes)
+        self.request_timeout_s = request_timeout_s
+        self.retry_timeout_s = retry_timeout_s
+        self.preferred = 0
+
+    def order(self) -> list[int]:
+        n = len(self.nodes)
+        return [(self.preferred + i) % n for i in range(n)]
+
+    def call(self, address: str, fn: Callable[[ReadApiClient], Coroutine[Any, Any, T]]) -> T:
+        loop = _LoopThread.get()
+        return loop.run(fn(loop.client(address)), self.request_timeout_s)
+
+    def first_answer(
+        self,
+        what: str,
+        fn: Callable[[ReadApiClient], Coroutine[Any, Any, T]],
+        deadline_s: float | None = None,
+    ) -> T:
+        """fn on the first node that answers; passes over all nodes until the deadline."""
+        deadline = time.monotonic() + (self.retry_timeout_s if deadline_s is None else deadline_s)
+        errors: dict[str, str] = {}
+        delay = 0.05
+        while True:
+            for i in self.order():
+                addr = self.nodes[i]
+                try:
+                    result = self.call(addr, fn)
+                except Exception as exc:  # grpc errors, timeouts, refused connections
+                    errors[addr] = _describe(exc)
+                    continue
+                self.preferred = i
+                return result
+            if time.monotonic() + delay > deadline:
+                tried = "; ".join(f"{a} ({e})" for a, e in errors.items())
+                raise ClusterUnreachableError(
+                    f"raftsink cluster unreachable for {what}: tried {tried}. Check that the"
+                    " nodes run and that raftsink.nodes lists their read API addresses"
+                    " (not the Kafka ports)."
+                )
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+    def partitions(
+        self,
+        topics: list[str] | None = None,
+        linearizable: bool = False,
+        deadline_s: float | None = None,
+    ) -> dict[TopicPartition, PartitionState]:
+        """Log start and high watermark (committed, applied) of every partition of `topics`."""
+
+        async def fn(c: ReadApiClient) -> Any:
+            return await c.partitions(
+                topics or None, linearizable=linearizable, timeout=self.request_timeout_s
+            )
+
+        reply = self.first_answer("Partitions", fn, deadline_s)
+        return {
+            (p.topic, p.partition): PartitionState(p.log_start_offset, p.high_watermark)
+            for p in reply.partitions
+        }
+
+    def fetch(self, address: str, topic: str, partition: int, offset: int, max_bytes: int) -> Any:
+        async def fn(c: ReadApiClient) -> Any:
+            return await c.fetch(
+                topic, partition, offset, max_bytes=max_bytes, timeout=self.request_timeout_s
+            )
+
+        return self.call(address, fn)
+
+    def commit(self, pipeline_id: str, offsets: dict[TopicPartition, int]) -> bool:
+        """Report consumed offsets if the read API has a Commit RPC; False if it has none.
+
+        ReadApiClient.commit(pipeline, {(topic, partition): next offset}) replicates the
+        offsets through Raft (any node forwards to the leader); a reply with an error code is
+        retried on the next node like a transport error.
+        """
+        if not callable(getattr(ReadApiClient, "commit", None)):
+            return False
+
+        async def fn(c: ReadApiClient) -> Any:
+            reply = await c.commit(pipeline_id, offsets, timeout=self.request_timeout_s)  # type: ignore[attr-defined]
+            if getattr(reply, "error_code", 0):
+                raise RuntimeError(f"commit refused: {reply.error_code} {reply.error}")
+            return reply
+
+        self.first_answer("Commit", fn)
+        return True

@@ -1,0 +1,422 @@
+"""The raftsink Spark source against a real 3-node LocalSinkCluster.
+
+1. Batch read returns exactly what confluent-kafka producers wrote (key, value, headers,
+   offsets, timestamps), through two codecs; bad input gives actionable errors.
+2. End to end exactly-once: idempotent producers (acks=all) write while the Raft leader is
+   killed -9 and restarted; a streaming driver (its own process group, two queries: Parquet
+   file sink and a foreachBatch sink idempotent by batch id) is killed -9 at seeded random
+   moments and restarted on the same checkpoints; a final availableNow run drains. Spark's read
+   of each output must hold every acknowledged record exactly once, offsets dense per
+   partition, and (foreachBatch, which knows batch ids) batches in offset order.
+
+Synchronisation is by polling observable state with deadlines (checkpoint files, delivery
+reports, cluster status); the only sleeps are the seeded fault-injection delays and the
+producers' pacing. This file is also the streaming driver: `python test_spark_source.py driver`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.crash]
+
+TOPICS = ("e2e-a", "e2e-b")  # 2 partitions each (default_partitions=2)
+
+
+def spark_env() -> None:
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must see the installed package
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+
+
+def new_session(app: str):
+    spark_env()
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.streaming.fileSink.log.compactInterval", "4")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    from connectors.spark import register
+
+    register(spark)
+    return spark
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def driver_main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--fb-out", required=True)
+    ap.add_argument("--ckpt", required=True)
+    ap.add_argument("--available-now", action="store_true")
+    a = ap.parse_args(argv)
+    spark = new_session("raftsink-e2e-driver")
+    df = (
+        spark.readStream.format("raftsink")
+        .option("raftsink.nodes", a.nodes)
+        .option("subscribe", ",".join(TOPICS))
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "20000")
+        .option("pipelineId", "e2e")
+        .load()
+    )
+
+    def write_batch(batch_df, batch_id: int) -> None:
+        # Idempotent by batch id: a replayed batch (same id, same offsets) finds its
+        # directory and is skipped; the rename makes the write all-or-nothing.
+        final = os.path.join(a.fb_out, f"batch_id={batch_id}")
+        if os.path.exists(final):
+            print(f"skip already-written batch {batch_id}", flush=True)
+            return
+        tmp = os.path.join(a.fb_out, f"_tmp-{batch_id}-{uuid.uuid4().hex}")
+        batch_df.write.parquet(tmp)
+        os.rename(tmp, final)
+
+    trig = {"availableNow": True} if a.available_now else {"processingTime": "1 second"}
+    q1 = (
+        df.writeStream.format("parquet")
+        .option("path", a.out)
+        .option("checkpointLocation", os.path.join(a.ckpt, "parquet"))
+        .trigger(**trig)
+        .start()
+    )
+    q2 = (
+        df.writeStream.foreachBatch(write_batch)
+        .option("checkpointLocation", os.path.join(a.ckpt, "foreach"))
+        .trigger(**trig)
+        .start()
+    )
+    if a.available_now:
+        q1.awaitTermination()
+        q2.awaitTermination()
+        print("drained", flush=True)
+    else:
+        spark.streams.awaitAnyTermination()
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "driver":
+    driver_main(sys.argv[2:])
+    sys.exit(0)
+
+
+# --------------------------------------------------------------------------- fixtures
+
+ck = pytest.importorskip("confluent_kafka")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from sink.local_cluster import LocalSinkCluster
+
+    c = LocalSinkCluster(str(tmp_path_factory.mktemp("spark-sink")), 3, default_partitions=2)
+    c.start()
+    try:
+        asyncio.run(c.wait_ready(timeout=60))
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def spark():
+    s = new_session("raftsink-tests")
+    yield s
+    s.stop()
+
+
+def read_api_nodes(c) -> str:
+    return ",".join(p.read_api for p in c.peers.values())
+
+
+def producer(c, **conf):
+    return ck.Producer(
+        {
+            "bootstrap.servers": c.bootstrap_servers,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+            **conf,
+        }
+    )
+
+
+def wait_for(cond, timeout: float, what: str, check=None) -> None:
+    """Poll cond() until true; check() may raise early (e.g. a process died)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if check is not None:
+            check()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- 1. batch
+
+
+def test_batch_read_returns_exactly_what_was_produced(cluster, spark):
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    rng = random.Random(seed)
+    expected = {}
+    for codec, topic in (("zstd", "batch-z"), ("lz4", "batch-l")):
+        p = producer(cluster, **{"compression.type": codec})
+        t0 = 1_750_000_000_000
+        for i in range(400):
+            key = None if i % 7 == 0 else f"k{i}".encode()
+            value = rng.randbytes(rng.randint(0, 300))
+            headers = [("n", str(i).encode()), ("dup", b"x"), ("dup", None)] if i % 3 else []
+            ts = t0 + i * 1000 + rng.randrange(1000)
+
+            def on_delivery(err, msg, rec=(key, value, headers, ts)):
+                assert err is None, err
+                expected[(msg.topic(), msg.partition(), msg.offset())] = rec
+
+            p.produce(
+                topic,
+                key=key,
+                value=value,
+                headers=headers,
+                partition=i % 2,
+                timestamp=ts,
+                on_delivery=on_delivery,
+            )
+            p.poll(0)
+        assert p.flush(60) == 0
+    assert len(expected) == 800
+
+    df = (
+        spark.read.format("raftsink")
+        .option("raftsink.nodes", read_api_nodes(cluster))
+        .option("subscribePattern", "batch-.*")
+        .option("minPartitions", "5")
+        .load()
+        .selectExpr("*", "unix_millis(timestamp) AS ts_ms")
+    )
+    rows = df.collect()
+    assert len(rows) == 800
+    for r in rows:
+        key, value, headers, ts = expected[(r.topic, r.partition, r.offset)]
+        assert r.key == key and r.value == value, (r.topic, r.partition, r.offset)
+        assert [(h.key, h.value) for h in (r.headers or [])] == headers
+        assert r.ts_ms == ts
+        assert r.timestampType == 0
+    for topic, part, n in (
+        spark.read.format("raftsink")
+        .option("raftsink.nodes", read_api_nodes(cluster))
+        .option("subscribe", "batch-z")
+        .option("startingOffsets", '{"batch-z": {"0": 5}}')
+        .option("endingOffsets", '{"batch-z": {"0": 10, "1": -1}}')
+        .load()
+        .groupBy("topic", "partition")
+        .count()
+        .collect()
+    ):
+        assert n == (5 if part == 0 else 200), (topic, part, n)
+
+
+def test_actionable_errors(cluster, spark):
+    base = spark.read.format("raftsink").option("raftsink.nodes", read_api_nodes(cluster))
+    with pytest.raises(Exception, match="not found in the raftsink cluster"):
+        base.option("subscribe", "no-such-topic").load().count()
+    with pytest.raises(Exception, match=r"unreachable.*127\.0\.0\.1:1 "):
+        (
+            spark.read.format("raftsink")
+            .option("raftsink.nodes", "127.0.0.1:1")
+            .option("retryTimeoutMs", "300")
+            .option("subscribe", "x")
+            .load()
+            .count()
+        )
+    with pytest.raises(Exception, match="beyond the high watermark"):
+        base.option("subscribe", "batch-z").option(
+            "endingOffsets", '{"batch-z": {"0": 100000}}'
+        ).load().count()
+
+
+# --------------------------------------------------------------------------- 2. e2e
+
+
+class Producers:
+    """Idempotent acks=all producers writing at a paced rate until stopped."""
+
+    def __init__(self, c, n: int = 2, rate_per_s: int = 300) -> None:
+        self.c, self.rate = c, rate_per_s
+        self.acked: list[tuple[str, int, int, bytes, bytes]] = []
+        self.failed = 0
+        self.sent = 0
+        self.stop_flag = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(n)]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def run(self, pid: int) -> None:
+        p = producer(self.c)
+
+        def on_delivery(err, msg) -> None:
+            if err is None:
+                self.acked.append(
+                    (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
+                )
+            else:
+                self.failed += 1
+
+        seq, t0 = 0, time.monotonic()
+        while not self.stop_flag.is_set():
+            due = int((time.monotonic() - t0) * self.rate)  # pacing, not synchronisation
+            while seq < due:
+                key = f"p{pid}-{seq}".encode()
+                p.produce(TOPICS[seq % 2], key=key, value=key * 8, on_delivery=on_delivery)
+                seq += 1
+                self.sent += 1
+            p.poll(0.02)
+        assert p.flush(120) == 0
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(180)
+
+
+def count_commits(ckpt: str) -> int:
+    d = os.path.join(ckpt, "parquet", "commits")
+    return len([f for f in os.listdir(d) if f.isdigit()]) if os.path.isdir(d) else 0
+
+
+def start_driver(c, paths: dict, log_path: str, available_now: bool = False):
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "driver",
+        "--nodes",
+        read_api_nodes(c),
+        "--out",
+        paths["out"],
+        "--fb-out",
+        paths["fb"],
+        "--ckpt",
+        paths["ckpt"],
+    ] + (["--available-now"] if available_now else [])
+    # Own process group: SIGKILL reaches the Python driver and its JVM at once.
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=log, start_new_session=True, cwd=os.path.dirname(paths["out"])
+        )
+
+
+def tail(path: str, n: int = 3000) -> str:
+    with open(path, "rb") as f:
+        return f.read()[-n:].decode(errors="replace")
+
+
+def test_exactly_once_through_leader_and_driver_kills(cluster, spark, tmp_path):
+    seed = int(os.environ.get("RAFTSINK_E2E_SEED", random.randrange(1 << 30)))
+    print("seed", seed, "(set RAFTSINK_E2E_SEED to replay)")
+    rng = random.Random(seed)
+    paths = {k: str(tmp_path / k) for k in ("out", "fb", "ckpt")}
+    os.makedirs(paths["fb"])
+    log_path = str(tmp_path / "driver.log")
+
+    # The topics must exist before a subscribe query starts.
+    p = producer(cluster)
+    for t in TOPICS:
+        for part in (0, 1):
+            p.produce(t, key=b"init", value=b"init", partition=part)
+    assert p.flush(60) == 0
+    prods = Producers(cluster)
+    prods.start()
+
+    kills = 3
+    for run in range(kills):
+        before = count_commits(paths["ckpt"])
+        proc = start_driver(cluster, paths, log_path)
+
+        def alive(proc=proc) -> None:
+            if proc.poll() is not None:
+                raise AssertionError(f"driver exited {proc.returncode}: {tail(log_path)}")
+
+        wait_for(lambda b=before: count_commits(paths["ckpt"]) > b, 150, "a batch", alive)
+        if run in (0, 2):  # kill -9 the Raft leader while producers and the query run
+            leader = asyncio.run(cluster.wait_ready(timeout=30))
+            cluster.kill(leader)
+            asyncio.run(cluster.wait_ready(timeout=30))
+            cluster.start(leader)
+            print(f"run {run}: killed and restarted leader {leader}")
+            n = count_commits(paths["ckpt"])
+            wait_for(lambda n=n: count_commits(paths["ckpt"]) > n, 120, "a batch", alive)
+        delay = rng.uniform(0.0, 2.5)
+        time.sleep(delay)  # fault injection: the kill lands at a seeded random moment
+        alive()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        print(
+            f"run {run}: driver killed after {count_commits(paths['ckpt'])} commits (+{delay:.2f} s)"
+        )
+
+    prods.stop()
+    asyncio.run(cluster.wait_ready(timeout=30))
+    print(f"produced {prods.sent}, acknowledged {len(prods.acked)}, failed {prods.failed}")
+    assert prods.acked and prods.failed == 0
+
+    final = start_driver(cluster, paths, log_path, available_now=True)
+    assert final.wait(240) == 0, tail(log_path)
+
+    acked = {(t, pt, o): (k, v) for t, pt, o, k, v in prods.acked}
+    assert len(acked) == len(prods.acked)  # the cluster never acked two records at one offset
+
+    def check(rows, what: str) -> None:
+        seen = {}
+        for r in rows:
+            k = (r.topic, r.partition, r.offset)
+            assert k not in seen, f"{what}: duplicate {k}"
+            seen[k] = (r.key, r.value)
+        missing = [k for k in acked if k not in seen]
+        assert not missing, (
+            f"{what}: {len(missing)} acknowledged records missing, e.g. {missing[:3]}"
+        )
+        wrong = [k for k, kv in acked.items() if seen[k] != kv]
+        assert not wrong, f"{what}: different content at {wrong[:3]}"
+        for t in TOPICS:
+            for part in (0, 1):
+                offs = sorted(o for (tt, pp, o) in seen if (tt, pp) == (t, part))
+                assert offs == list(range(len(offs))), f"{what}: offsets of {t}/{part} not dense"
+        print(f"{what}: {len(seen)} rows, {len(acked)} acknowledged, 0 duplicates, 0 missing")
+
+    cols = ["topic", "partition", "offset", "key", "value"]
+    check(spark.read.parquet(paths["out"]).select(*cols).collect(), "parquet file sink")
+    fb = spark.read.parquet(paths["fb"]).select("batch_id", *cols).collect()
+    check(fb, "foreachBatch sink")
+    # Batches in offset order: per partition, batch N+1 starts where batch N ended.
+    spans: dict = {}
+    for r in fb:
+        lo, hi = spans.get((r.topic, r.partition, r.batch_id), (r.offset, r.offset))
+        spans[(r.topic, r.partition, r.batch_id)] = (min(lo, r.offset), max(hi, r.offset))
+    for t in TOPICS:
+        for part in (0, 1):
+            ranges = sorted(v for (tt, pp, _b), v in sorted(spans.items()) if (tt, pp) == (t, part))
+            by_batch = [v for (tt, pp, _b), v in sorted(spans.items()) if (tt, pp) == (t, part)]
+            assert by_batch == ranges, f"{t}/{part}: batches out of offset order"
+            assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ranges))
