@@ -167,9 +167,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from sink.demos import storage_demo
+    if args.storage:
+        from sink.demos import storage_demo
 
-    return storage_demo(data_dir=args.data_dir, seconds=args.seconds, seed=args.seed)
+        return storage_demo(data_dir=args.data_dir, seconds=args.seconds, seed=args.seed)
+    from sink.pipeline_demo import run_pipeline
+
+    return run_pipeline(data_dir=args.data_dir, records=args.records, keep=args.keep)
 
 
 def _setup_logging(level: str) -> None:
@@ -238,10 +242,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=_cmd_verify)
 
-    p = sub.add_parser("demo", help="run the main job on an embedded default")
+    p = sub.add_parser(
+        "demo",
+        help="the main job: producers -> 3-node cluster -> Spark streaming -> Parquet, with a leader kill",
+    )
     p.add_argument("--data-dir", default=None, help="where to keep data (default: a temp dir)")
-    p.add_argument("--seconds", type=float, default=4.0, help="how long each writer round runs")
-    p.add_argument("--seed", type=int, default=None, help="seed for the crash schedule")
+    p.add_argument("--records", type=int, default=150_000, help="records to produce (default 150000)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary data dir")
+    p.add_argument("--storage", action="store_true", help="run the storage crash demo instead")
+    p.add_argument("--seconds", type=float, default=4.0, help="storage demo: writer round length")
+    p.add_argument("--seed", type=int, default=None, help="storage demo: crash schedule seed")
     p.set_defaults(func=_cmd_demo)
     return parser
 
