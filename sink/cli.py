@@ -176,6 +176,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_pipeline(data_dir=args.data_dir, records=args.records, keep=args.keep)
 
 
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    from sink.chaos.__main__ import run_from_args
+
+    return run_from_args(args)
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(),
@@ -253,6 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=4.0, help="storage demo: writer round length")
     p.add_argument("--seed", type=int, default=None, help="storage demo: crash schedule seed")
     p.set_defaults(func=_cmd_demo)
+    p = sub.add_parser("chaos", help="Jepsen-style fault campaign on a local 3-node cluster")
+    from sink.chaos.__main__ import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=_cmd_chaos)
     return parser
 
 

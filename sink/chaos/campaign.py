@@ -1,0 +1,293 @@
+"""One campaign: cluster + proxy, workload, nemesis, final reads, checkers, report.
+
+run_campaign(seed, seconds, out_dir, ...) -> report dict (also written to
+out_dir/report.json, summary.txt, plot.png, history.jsonl.gz; node logs and
+data stay in out_dir/cluster unless keep_data=False).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from confluent_kafka import Producer
+
+from sink.chaos import checkers, report
+from sink.chaos.cluster import ChaosCluster
+from sink.chaos.history import History
+from sink.chaos.nemesis import KINDS, Nemesis, ScheduleOptions, make_schedule, schedule_json
+from sink.chaos.workload import (
+    Control,
+    KafkaConsumerWorker,
+    KafkaHwWatcher,
+    ProducerWorker,
+    final_read_node,
+    hw_watcher,
+    read_api_reader,
+)
+from sink.local_cluster import _tail
+
+log = logging.getLogger("sink.chaos")
+
+
+@dataclass
+class CampaignOptions:
+    seed: int
+    seconds: float = 120.0
+    nemeses: tuple[str, ...] = KINDS
+    topic: str = "chaos"
+    partitions: int = 4
+    producers: int = 3
+    rate: float = 100.0  # records/s per producer
+    kafka_consumers: int = 2
+    read_api_readers: int = 2
+    fault_min_s: float = 3.0
+    fault_max_s: float = 8.0
+    gap_min_s: float = 2.0
+    gap_max_s: float = 5.0
+    warmup_s: float = 5.0
+    cooldown_s: float = 3.0
+    drain_timeout_s: float = 90.0
+    extra_node_args: list[str] = field(default_factory=list)
+
+    def schedule_options(self) -> ScheduleOptions:
+        return ScheduleOptions(
+            duration_s=self.seconds,
+            kinds=tuple(self.nemeses),
+            warmup_s=self.warmup_s,
+            cooldown_s=self.cooldown_s,
+            fault_min_s=self.fault_min_s,
+            fault_max_s=self.fault_max_s,
+            gap_min_s=self.gap_min_s,
+            gap_max_s=self.gap_max_s,
+        )
+
+
+def run_campaign(
+    seed: int,
+    out_dir: str,
+    seconds: float | None = None,
+    minutes: float | None = None,
+    nemeses: list[str] | tuple[str, ...] | None = None,
+    keep_data: bool = True,
+    **options: Any,
+) -> dict[str, Any]:
+    """Run one campaign; returns the report (see report.py). The CLI entry point."""
+    if seconds is None:
+        seconds = 60.0 * (minutes if minutes is not None else 2.0)
+    opts = CampaignOptions(seed=seed, seconds=seconds, nemeses=tuple(nemeses or KINDS), **options)
+    os.makedirs(out_dir, exist_ok=True)
+    result = asyncio.run(_campaign(opts, out_dir))
+    if not keep_data:
+        shutil.rmtree(os.path.join(out_dir, "cluster", "node1"), ignore_errors=True)
+        for i in (2, 3):
+            shutil.rmtree(os.path.join(out_dir, "cluster", f"node{i}"), ignore_errors=True)
+    return result
+
+
+async def _wait_topic(cluster: ChaosCluster, topic: str, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(producer.list_topics, topic, 5)  # auto-creates it
+        ok = 0
+        for i in cluster.peers:
+            client = cluster.client(i)
+            try:
+                reply = await client.partitions([topic], timeout=2)
+                ok += len(reply.partitions) == partitions
+            except Exception:
+                pass
+            finally:
+                await client.close()
+        if ok == len(cluster.peers):
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"topic {topic} was not created on every node")
+
+
+async def _final_ends(cluster: ChaosCluster, clients, topic: str) -> dict[int, int] | None:
+    """The committed high watermarks: a linearizable Partitions on the leader."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for _i, client in clients.items():
+            try:
+                reply = await client.partitions([topic], linearizable=True, timeout=3)
+            except Exception:
+                continue
+            if reply.partitions:
+                return {pi.partition: pi.high_watermark for pi in reply.partitions}
+        await asyncio.sleep(0.3)
+    return None
+
+
+async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
+    schedule = make_schedule(opts.seed, opts.schedule_options())
+    base = os.path.join(out_dir, "cluster")
+    if os.path.exists(base):
+        shutil.rmtree(base)
+    cluster = ChaosCluster(
+        base, default_partitions=opts.partitions, extra_args=opts.extra_node_args
+    )
+    crashes: list[dict[str, Any]] = []
+    notes: list[str] = []
+    cluster.start()
+    try:
+        await cluster.wait_ready(timeout=60)
+        await _wait_topic(cluster, opts.topic, opts.partitions)
+        history = History()
+        ctl = Control()
+        clients = {i: cluster.client(i) for i in cluster.peers}
+        bootstrap = cluster.bootstrap_servers
+
+        producers = [
+            ProducerWorker(
+                k, bootstrap, opts.topic, opts.partitions, opts.rate, opts.seed, history, ctl
+            )
+            for k in range(opts.producers)
+        ]
+        consumers = [
+            KafkaConsumerWorker(k, bootstrap, opts.topic, opts.partitions, history, ctl)
+            for k in range(opts.kafka_consumers)
+        ]
+        kafka_hw = KafkaHwWatcher(bootstrap, opts.topic, opts.partitions, history)
+        for t in (*producers, *consumers, kafka_hw):
+            t.start()
+        reader_results: dict[str, Any] = {}
+        readers = [
+            asyncio.create_task(
+                read_api_reader(
+                    k,
+                    clients,
+                    opts.topic,
+                    opts.partitions,
+                    history,
+                    ctl,
+                    opts.seed,
+                    reader_results,
+                )
+            )
+            for k in range(opts.read_api_readers)
+        ]
+        watch_stop = asyncio.Event()
+        hw_errors: Counter[str] = Counter()
+        watcher = asyncio.create_task(
+            hw_watcher(cluster, clients, opts.topic, history, watch_stop, hw_errors)
+        )
+
+        async def monitor() -> None:
+            """A node that exits on its own is a finding: record it, restart it."""
+            while not watch_stop.is_set():
+                for i, code in cluster.exited().items():
+                    tail = _tail(cluster.nodes[i].log_path, 3000)
+                    crashes.append({"node": i, "code": code, "time": history.now(), "log": tail})
+                    history.record("info", "crash", "monitor", node=i, value=code)
+                    log.error("node %d exited with %s; restarting", i, code)
+                    cluster.start(i)
+                await asyncio.sleep(0.5)
+
+        mon = asyncio.create_task(monitor())
+        nemesis = Nemesis(cluster, history, schedule)
+        nem_stop = asyncio.Event()
+        nem_task = asyncio.create_task(nemesis.run(nem_stop))
+        await asyncio.wait([nem_task], timeout=max(0.0, opts.seconds - history.now()))
+        nem_stop.set()
+        await nem_task
+        # The schedule may end early (it leaves a cool-down): run to the full duration.
+        await asyncio.sleep(max(0.0, opts.seconds - history.now()))
+        workload_end = history.now()
+
+        # ---- heal, stop producing, find the committed ends, drain, read everything
+        await asyncio.to_thread(cluster.heal_all)
+        try:
+            await cluster.wait_ready(timeout=90)
+        except (TimeoutError, RuntimeError) as exc:
+            notes.append(f"cluster not ready after healing: {exc}")
+        ctl.stop_producing.set()
+        for t in producers:
+            await asyncio.to_thread(t.join, 150)
+        history.record("info", "phase", "campaign", value="producers stopped")
+        ends = await _final_ends(cluster, clients, opts.topic)
+        if ends is None:
+            notes.append("no linearizable high watermark after healing: final reads skipped")
+            ctl.hard_stop.set()
+            ends = {}
+        else:
+            ctl.drain_deadline = time.monotonic() + opts.drain_timeout_s
+            ctl.ends = ends
+            final_kafka = KafkaConsumerWorker(
+                0,
+                bootstrap,
+                opts.topic,
+                opts.partitions,
+                history,
+                ctl,
+                process="final-kafka",
+                as_final=True,
+            )
+            final_kafka.start()
+            await asyncio.gather(
+                *(
+                    final_read_node(i, clients[i], opts.topic, ends, history, opts.drain_timeout_s)
+                    for i in sorted(clients)
+                )
+            )
+            await asyncio.to_thread(final_kafka.join, opts.drain_timeout_s + 10)
+        for t in consumers:
+            await asyncio.to_thread(t.join, opts.drain_timeout_s + 10)
+        ctl.hard_stop.set()
+        await asyncio.gather(*readers, return_exceptions=True)
+        watch_stop.set()
+        kafka_hw.stop.set()
+        await asyncio.to_thread(kafka_hw.join, 10)
+        await watcher
+        await mon
+        for c in clients.values():
+            await c.close()
+    finally:
+        cluster.stop()
+
+    ops = history.snapshot()
+    history.save(os.path.join(out_dir, "history.jsonl.gz"))
+    anomalies = checkers.check_all(ops)
+    stats = checkers.stats(ops)
+    caught_up = {op["process"]: op["type"] == "ok" for op in ops if op["f"] == "caught_up"}
+    finals = {
+        op["process"]: op.get("complete", False)
+        for op in ops
+        if op["f"] == "final_read" and op["type"] == "ok"
+    }
+    client_errors = {t.proc: dict(t.errors) for t in producers}
+    client_errors.update({t.proc: dict(t.errors) for t in consumers})
+    client_errors["kafka-hw"] = dict(kafka_hw.errors)
+    client_errors["hw-read-api"] = dict(hw_errors)
+    for name, r in reader_results.items():
+        client_errors[name] = r["errors"]
+    data = report.build(
+        seed=opts.seed,
+        options={k: v for k, v in asdict(opts).items()},
+        schedule=schedule_json(schedule),
+        faults=nemesis.done,
+        fault_counts=nemesis.counts,
+        anomalies=anomalies,
+        stats=stats,
+        ends=ends,
+        caught_up=caught_up,
+        final_reads=finals,
+        crashes=crashes,
+        fatal_producer_errors={t.proc: t.fatal for t in producers if t.fatal},
+        unflushed={t.proc: t.unflushed for t in producers},
+        client_errors=client_errors,
+        notes=notes,
+        workload_end=workload_end,
+    )
+    report.write(out_dir, data, ops)
+    return data

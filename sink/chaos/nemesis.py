@@ -1,0 +1,207 @@
+"""Faults, scheduled from a seed.
+
+The schedule (`make_schedule`) is a pure function of the seed and the options:
+the fault kinds (dealt from shuffled decks so every kind comes up evenly), their
+start times, durations, and target choices ("the leader", or a node id; which
+links a partition cuts). Only what "the leader" resolves to depends on the run
+(whoever leads at that moment); with no known leader, a seeded node is used.
+
+Kinds (one fault at a time, then healed, then a quiet gap):
+    kill        kill -9 the target, restart it when the window ends
+    pause       SIGSTOP the target, SIGCONT when the window ends
+    partition   cut Raft links through the proxy, heal when the window ends:
+                  isolate-leader   leader | the other two
+                  isolate-node     a random node | the other two
+                  bridge           a - b - c: a and c cannot talk, b reaches both
+                  one-way-leader   the leader's outgoing links only (it hears
+                                   the others but cannot send to them)
+    disk        the target's fsyncs block ("stall") or take 0.3 s each ("slow"),
+                or the target's and a second node's block ("stall-majority": no
+                commit is possible) until the window ends (sink.chaos.node hook)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sink.chaos.cluster import ChaosCluster, link
+from sink.chaos.history import History
+
+KINDS = ("kill", "pause", "partition", "disk")
+PARTITION_MODES = ("isolate-leader", "isolate-node", "bridge", "one-way-leader")
+DISK_MODES = ("stall", "slow", "stall-majority")
+
+
+@dataclass
+class Fault:
+    kind: str
+    start: float
+    duration: float
+    target: str  # "leader" or a node id as text
+    mode: str = ""  # partition mode, disk mode
+    order: list[int] = field(default_factory=list)  # seeded node permutation
+
+    def describe(self) -> str:
+        what = f"{self.kind} {self.mode}".strip()
+        return f"{what} target={self.target}"
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    duration_s: float
+    kinds: tuple[str, ...] = KINDS
+    warmup_s: float = 5.0
+    cooldown_s: float = 3.0
+    fault_min_s: float = 3.0
+    fault_max_s: float = 8.0
+    gap_min_s: float = 2.0
+    gap_max_s: float = 5.0
+    nodes: int = 3
+
+
+def make_schedule(seed: int, opts: ScheduleOptions) -> list[Fault]:
+    rng = random.Random(f"nemesis-{seed}")
+    for k in opts.kinds:
+        if k not in KINDS:
+            raise ValueError(f"unknown nemesis {k!r}; known: {', '.join(KINDS)}")
+    out: list[Fault] = []
+    deck: list[str] = []
+    t = opts.warmup_s
+    ids = list(range(1, opts.nodes + 1))
+    while True:
+        duration = round(rng.uniform(opts.fault_min_s, opts.fault_max_s), 2)
+        if t + duration > opts.duration_s - opts.cooldown_s:
+            break
+        if not deck:
+            deck = list(opts.kinds)
+            rng.shuffle(deck)
+        kind = deck.pop()
+        order = ids[:]
+        rng.shuffle(order)
+        target = "leader" if rng.random() < 0.5 else str(order[0])
+        mode = ""
+        if kind == "partition":
+            mode = rng.choice(PARTITION_MODES)
+            target = "leader" if mode in ("isolate-leader", "one-way-leader") else str(order[0])
+        elif kind == "disk":
+            mode = rng.choice(DISK_MODES)
+        out.append(Fault(kind, round(t, 2), duration, target, mode, order))
+        t += duration + rng.uniform(opts.gap_min_s, opts.gap_max_s)
+    return out
+
+
+async def current_leader(cluster: ChaosCluster) -> int:
+    """The node that says it leads with the highest term (0 if none answers)."""
+    best = (0, 0)
+    for i in cluster.alive():
+        if i in cluster.paused:
+            continue
+        st = await cluster.status(i, timeout=1.0)
+        if st and st.get("role") == "leader" and st.get("term", 0) >= best[0]:
+            best = (st["term"], i)
+    return best[1]
+
+
+class Nemesis:
+    def __init__(self, cluster: ChaosCluster, history: History, schedule: list[Fault]) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.schedule = schedule
+        self.done: list[dict[str, Any]] = []  # executed faults with resolved targets and times
+        self.counts: dict[str, int] = {}
+
+    async def _resolve(self, f: Fault) -> tuple[int, int]:
+        """(target node, leader at this moment or 0)."""
+        leader = await current_leader(self.cluster)
+        if f.target == "leader":
+            return leader or f.order[0], leader
+        return int(f.target), leader
+
+    async def run(self, stop: asyncio.Event) -> None:
+        for f in self.schedule:
+            delay = f.start - self.history.now()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(stop.wait(), delay)
+                    return
+                except TimeoutError:
+                    pass
+            if stop.is_set():
+                return
+            await self.inject(f, stop)
+
+    async def inject(self, f: Fault, stop: asyncio.Event | None = None) -> None:
+        c = self.cluster
+        node, leader = await self._resolve(f)
+        others = [j for j in f.order if j != node]
+        desc: dict[str, Any] = {
+            "fault": f.describe(),
+            "kind": f.kind,
+            "mode": f.mode,
+            "target": f.target,
+            "node": node,
+            "leader": leader,
+        }
+        undo = None
+        if f.kind == "kill":
+            await asyncio.to_thread(c.kill, node)
+
+            def undo() -> None:
+                c.start(node)
+        elif f.kind == "pause":
+            c.pause(node)
+
+            def undo() -> None:
+                c.resume(node)
+        elif f.kind == "disk":
+            stalled = [node, others[0]] if f.mode == "stall-majority" else [node]
+            for j in stalled:
+                c.stall_disk(j, "0.3" if f.mode == "slow" else "stall")
+            desc["nodes"] = stalled
+
+            def undo() -> None:
+                for j in stalled:
+                    c.clear_disk(j)
+        elif f.kind == "partition":
+            if f.mode in ("isolate-leader", "isolate-node"):
+                links = [link(node, j) for j in others] + [link(j, node) for j in others]
+                desc["groups"] = [[node], sorted(others)]
+            elif f.mode == "bridge":
+                a, b = others[0], others[1]
+                links = [link(a, b), link(b, a)]
+                desc["bridge"] = node
+                desc["cut"] = [a, b]
+            else:  # one-way-leader
+                links = [link(node, j) for j in others]
+                desc["cut_outgoing_of"] = node
+            assert c.proxy is not None
+            c.proxy.block(links)
+            desc["links"] = links
+
+            def undo() -> None:
+                assert c.proxy is not None
+                c.proxy.heal(links)
+        else:
+            raise ValueError(f.kind)
+        op = self.history.invoke("nemesis", "nemesis", value=desc)
+        start = self.history.now()
+        try:
+            if stop is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), f.duration)
+            else:
+                await asyncio.sleep(f.duration)
+        finally:
+            await asyncio.to_thread(undo)
+            end = self.history.now()
+            self.history.complete(op, "info", "nemesis", "nemesis", value=desc)
+            self.done.append({**desc, "start": round(start, 3), "end": round(end, 3)})
+            self.counts[f.kind] = self.counts.get(f.kind, 0) + 1
+
+
+def schedule_json(schedule: list[Fault]) -> list[dict[str, Any]]:
+    return [asdict(f) for f in schedule]

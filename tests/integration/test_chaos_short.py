@@ -1,0 +1,60 @@
+"""A short fault campaign (sink.chaos) in CI: 3 real node processes behind the
+fault-injecting proxy, idempotent producers, Kafka and read API consumers,
+kill -9 / SIGSTOP / network partitions / fsync stalls from a fixed seed. The
+checkers must report 0 anomalies, and the nemesis must really have injected
+faults of every kind.
+
+RAFTSINK_CHAOS_SEED overrides the seed; RAFTSINK_CHAOS_SECONDS the duration.
+The report (summary.txt, report.json, plot.png, history) stays in tmp_path.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("confluent_kafka")
+pytest.importorskip("aiokafka")
+
+from sink.chaos import run_campaign
+from sink.chaos.nemesis import KINDS
+
+SEED = int(os.environ.get("RAFTSINK_CHAOS_SEED", "20240607"))
+SECONDS = float(os.environ.get("RAFTSINK_CHAOS_SECONDS", "110"))
+MIN_FAULTS_PER_KIND = 2
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.timeout(420)
+def test_short_chaos_campaign_finds_no_anomaly(tmp_path):
+    print(f"seed={SEED} seconds={SECONDS} out={tmp_path}")
+    data = run_campaign(
+        SEED,
+        str(tmp_path),
+        seconds=SECONDS,
+        nemeses=KINDS,
+        keep_data=False,
+        fault_min_s=3.0,
+        fault_max_s=6.0,
+        gap_min_s=2.0,
+        gap_max_s=4.0,
+    )
+    print((tmp_path / "summary.txt").read_text())
+    for kind in KINDS:
+        assert data["fault_counts"].get(kind, 0) >= MIN_FAULTS_PER_KIND, (
+            f"nemesis ran {data['fault_counts']}, wanted >= {MIN_FAULTS_PER_KIND} of {kind}"
+        )
+    assert data["anomaly_count"] == 0, (
+        f"seed={SEED}: anomalies {data['anomaly_counts']}: {data['anomalies']}"
+    )
+    assert not data["crashes"], f"seed={SEED}: node crashes {data['crashes']}"
+    assert data["verdict"] == "VALID", f"seed={SEED}: {data['liveness']} {data['notes']}"
+    st = data["stats"]
+    assert st["sends_ok"] > 2000, st
+    assert st["acked_unverified"] == 0, st
+    assert all(data["final_reads"].values()) and len(data["final_reads"]) == 4
+    for source in ("kafka", "read_api", "read_api_lin"):
+        assert st["hw_samples"].get(source, 0) > 20, st["hw_samples"]
+    assert os.path.getsize(tmp_path / "plot.png") > 10_000
