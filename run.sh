@@ -15,6 +15,14 @@ case "$cmd" in
     test)
         bash scripts/bootstrap.sh
         bash scripts/test-deps.sh
+        echo "== docker" >&2
+        if ! bash docker/setup.sh; then
+            if [ -n "${CI:-}" ]; then
+                echo "run.sh: docker/setup.sh failed; CI needs the container tests" >&2
+                exit 1
+            fi
+            echo "run.sh: no Docker engine: tests/containers will skip" >&2
+        fi
         echo "== ruff" >&2
         .venv/bin/ruff check .
         echo "== pytest" >&2

@@ -39,6 +39,10 @@ class AdvertisedAs:
     """The same SinkService seen through another Kafka listener: only the
     advertised broker addresses differ (in-flight produce dedup is shared)."""
 
+    # Replies forwarded from the leader carry internal addresses: this
+    # listener answers Metadata from its own state instead.
+    forwarded_replies_usable = False
+
     def __init__(self, service: object, brokers: dict[int, tuple[str, int]]) -> None:
         self._service = service
         self.brokers = brokers

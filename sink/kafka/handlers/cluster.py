@@ -89,7 +89,7 @@ async def handle_metadata(
     else:
         allow = getattr(req, "allow_auto_topic_creation", True) and fsm.auto_create_topics
         svc = ctx.service
-        ep = svc.leader_endpoint()
+        ep = svc.forward_endpoint()
         missing = [t.name for t in req.topics if t.name is not None and fsm.topic(t.name) is None]
         if (
             missing
@@ -101,7 +101,10 @@ async def handle_metadata(
         ):
             # Auto-creation goes through the log: let the leader answer (it creates).
             try:
-                return await forward_frame(ep[1], ep[2], frame)
+                resp = await forward_frame(ep[1], ep[2], frame)
+                if svc.forwarded_replies_usable:
+                    return resp
+                # Created by now; answer below with this listener's addresses.
             except ForwardError as exc:
                 log.warning("kafka.forward metadata failed: %s", exc)
         wanted = []

@@ -116,7 +116,7 @@ async def handle_init_producer_id(
 
     async def run() -> bytes:
         svc = ctx.service
-        ep = svc.leader_endpoint()
+        ep = svc.forward_endpoint()
         if req.transactional_id is not None:
             err, pid, epoch = E.INVALID_REQUEST, -1, -1
         elif not svc.is_leader() and ep is not None and ep[0] != svc.node_id and frame:
