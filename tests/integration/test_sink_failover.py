@@ -39,17 +39,35 @@ class WatermarkWatcher:
     across leader changes."""
 
     def __init__(self, bootstrap: str) -> None:
-        self.consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": "hw-watch", "enable.auto.commit": False}
-        )
+        self.bootstrap = bootstrap
+        self.consumer = self._client()
+        self.reconnects = 0
         self.highest = {p: -1 for p in range(PARTITIONS)}
         self.backwards: list[tuple[int, int, int]] = []
         self.samples = 0
+        self.last_error = ""
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
+    def _client(self) -> Consumer:
+        return Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "hw-watch",
+                "enable.auto.commit": False,
+            }
+        )
+
     def run(self) -> None:
+        failing_since: float | None = None
         while not self.stop.is_set():
+            if failing_since is not None and time.monotonic() - failing_since > 3.0:
+                # A client stuck on a stale metadata view after the kills: start
+                # a fresh one (the check is about the server's watermarks).
+                self.consumer.close()
+                self.consumer = self._client()
+                self.reconnects += 1
+                failing_since = None
             for p in range(PARTITIONS):
                 try:
                     _, high = self.consumer.get_watermark_offsets(
@@ -170,7 +188,11 @@ def test_idempotent_producer_survives_two_leader_kills(tmp_path):
         assert watcher is not None
         # Let the watcher sample the settled cluster too (a condition, not a sleep).
         seen = watcher.samples
-        wait_for(lambda: watcher.samples >= seen + 3 * PARTITIONS, 60, "watermark samples")
+        wait_for(
+            lambda: watcher.samples >= seen + 3 * PARTITIONS,
+            60,
+            f"watermark samples (last error: {watcher.last_error})",
+        )
         watcher.close()
         assert not watcher.backwards, f"high watermark moved backwards: {watcher.backwards}"
 
