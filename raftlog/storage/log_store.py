@@ -539,6 +539,9 @@ class LogStore:
         bufs: list[bytes] = []
         nbytes = 0
         new_locs: list[Location] = []
+        # CONFIG indexes of entries placed but not yet published; a roll
+        # publishes (and checkpoints) the ones placed before it, with them.
+        configs: list[int] = []
         seg = self._active
         for e in entries:
             flen = FRAME_HEADER_SIZE + len(e.data)
@@ -549,7 +552,9 @@ class LogStore:
                 if seg is not None and nbytes:
                     seg.write(bufs, nbytes)
                     bufs, nbytes = [], 0
-                seg = self._roll(e.index, new_locs)
+                seg = self._roll(e.index, new_locs, configs)
+            if e.type is EntryType.CONFIG:
+                configs.append(e.index)
             new_locs.append(Location(seg.first_index, seg.end + nbytes, flen, e.term))
             bufs.append(encode_frame_header(e, self._sync_base))
             bufs.append(e.data)
@@ -562,7 +567,6 @@ class LogStore:
         self._written = entries[-1].index
         if sync:
             self.sync()
-        configs = [e.index for e in entries if e.type is EntryType.CONFIG]
         with self._lock:
             self._pending.extend(new_locs)
             self._pending_bytes += sum(loc.length for loc in new_locs)
@@ -592,7 +596,7 @@ class LogStore:
                 )
             expect, term = expect + 1, e.term
 
-    def _roll(self, first_index: int, new_locs: list[Location]) -> Segment:
+    def _roll(self, first_index: int, new_locs: list[Location], configs: list[int]) -> Segment:
         """Seal the active segment (if any) and start a new one at first_index.
 
         The sealed segment's data is synced and its locations checkpointed in
@@ -612,9 +616,11 @@ class LogStore:
             placed = [loc for loc in new_locs if loc.segment == old.first_index]
             with self._lock:
                 self._pending.extend(placed)
+                self._pending_configs.extend(configs)
                 self._last = old.last_index
                 self._last_term = old.last_term
             del new_locs[: len(placed)]
+            configs.clear()
             self._checkpoint(seal=old)
             old.seal()
         seg = Segment.create(self._seg_dir, first_index)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from raftlog.entry import EntryType, LogEntry, SnapshotMeta
@@ -66,6 +66,15 @@ def check(store: LogStore, model: Model) -> None:
     ]
 
 
+@example(  # a segment roll inside a batch of CONFIG entries, then a crash (found in CI)
+    [
+        ("append", 1, 0, 0, EntryType.DATA),
+        ("append", 1, 0, 466, EntryType.NOOP),
+        ("append", 2, 2, 492, EntryType.NOOP),
+        ("append", 9, 1, 363, EntryType.CONFIG),
+        ("crash",),
+    ]
+)
 @settings(
     max_examples=200,
     deadline=None,
