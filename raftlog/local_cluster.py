@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,17 +19,53 @@ from dataclasses import dataclass
 from raftlog.node_process import control_call
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_ports(n: int) -> list[int]:
-    """n distinct free TCP ports on 127.0.0.1 (bound then released)."""
-    socks, ports = [], []
-    for _ in range(n):
+    """n distinct free TCP ports on 127.0.0.1 for listeners.
+
+    Chosen BELOW the kernel's ephemeral range: ports from there are also the
+    source ports of outgoing connections (clients retrying old addresses), so
+    one could be taken between choosing it and the node binding it.
+    """
+    lo, _ = _ephemeral_range()
+    rng = random.Random()
+    ports: list[int] = []
+    socks = []
+    attempts = 0
+    while len(ports) < n and attempts < 10_000:
+        attempts += 1
+        port = rng.randrange(20_000, max(20_001, lo - 1))
+        if port in ports:
+            continue
         s = socket.socket()
-        s.bind(("127.0.0.1", 0))
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            s.close()
+            continue
         socks.append(s)
-        ports.append(s.getsockname()[1])
+        ports.append(port)
     for s in socks:
         s.close()
+    if len(ports) < n:  # fall back to the kernel's choice
+        return ports + [_kernel_port() for _ in range(n - len(ports))]
     return ports
+
+
+def _kernel_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 @dataclass

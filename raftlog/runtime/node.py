@@ -570,10 +570,17 @@ class RaftNode:
         every = self.options.snapshot_every_entries
         if not every or self.applied - self._last_snapshot_index < every:
             return
-        if self.applied > self.queue.durable_index:
+        # Applying may run ahead of this node's own fsync (committed entries
+        # are on a quorum), but a snapshot may only cover entries the core
+        # knows are durable here: wait for the persist loop to catch up.
+        if self.applied > self.core.log.stable_last():
             return
         data = self.fsm.on_snapshot_save()
-        snap = self.core.compact(self.applied, data)
+        try:
+            snap = self.core.compact(self.applied, data)
+        except ValueError as exc:  # not compactable yet: the next apply retries
+            log.info("raft.snapshot_deferred node=%d reason=%s", self.id, exc)
+            return
         self._last_snapshot_index = snap.meta.index
         self.stats.snapshots_taken += 1
         self._tasks.append(asyncio.create_task(self._store_snapshot(snap)))
