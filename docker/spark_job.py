@@ -79,20 +79,10 @@ def main() -> int:
             producer.poll(0)
         producer.flush(180)
 
-    from pyspark.sql import SparkSession
-
-    from connectors.spark import register
+    from connectors.spark import local_session
 
     log("starting Spark (local[2])")
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("raftsink-compose-demo")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = local_session("raftsink-compose-demo")
 
     def stream(available_now: bool):
         w = (

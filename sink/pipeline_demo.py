@@ -97,9 +97,7 @@ class Producers:
 
 
 def run_pipeline(data_dir: str | None = None, records: int = 150_000, keep: bool = False) -> int:
-    from pyspark.sql import SparkSession
-
-    from connectors.spark import register
+    from connectors.spark import local_session
     from sink.local_cluster import LocalSinkCluster
 
     own = data_dir is None
@@ -124,21 +122,8 @@ def run_pipeline(data_dir: str | None = None, records: int = 150_000, keep: bool
             producers.producer.produce(t, b"warm-up")
         producers.producer.flush(60)
 
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        # Spark's Python workers must run this interpreter (the venv with pyarrow).
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         _log("starting Spark (local[2]); the first micro-batch takes a while")
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("raftsink-demo")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = local_session("raftsink-demo")
 
         def stream(available_now: bool):
             df = (

@@ -22,6 +22,7 @@ from connectors.spark.errors import (
     RaftsinkSourceError,
     TopicNotFoundError,
 )
+from connectors.spark.session import local_session
 from connectors.spark.source import RaftsinkDataSource
 
 FORMAT = "raftsink"
@@ -35,6 +36,7 @@ __all__ = [
     "RaftsinkDataSource",
     "RaftsinkSourceError",
     "TopicNotFoundError",
+    "local_session",
     "register",
 ]
 

@@ -6,8 +6,6 @@ limit removes it anyway, the query fails (failOnDataLoss=true) or skips ahead
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import time
 
 import pytest
@@ -41,22 +39,9 @@ def log_start(read_api: str) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from connectors.spark import local_session
 
-    from connectors.spark import register
-
-    s = (
-        SparkSession.builder.master("local[2]")
-        .appName("retention-guard")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    s.sparkContext.setLogLevel("ERROR")
-    register(s)
+    s = local_session("retention-guard")
     yield s
     s.stop()
 
