@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from raftlog.entry import HardState, LogEntry, SnapshotMeta
 from raftlog.storage.errors import LogRangeError, StorageClosedError
@@ -54,7 +54,6 @@ class QueueStats:
     batched_ops: int = 0
     max_batch_entries: int = 0
     write_seconds: float = 0.0
-    batch_sizes: collections.Counter = field(default_factory=collections.Counter)
 
 
 class DiskQueue:

@@ -114,39 +114,11 @@ class LogIndex:
             raw = txn.get(_KEY.pack(index))
         return Location._make(_LOCATION.unpack(raw)) if raw is not None else None
 
-    def locations(self, start: int, stop: int) -> list[tuple[int, int, int, int]]:
-        """Locations of [start, stop) as plain (segment, position, length, term)
-        tuples (the hot read path skips NamedTuple construction); stops early
-        at the first gap."""
-        if stop - start == 1:
-            with self.env.begin(db=self._entries) as txn:
-                raw = txn.get(_KEY.pack(start))
-            return [_LOCATION.unpack(raw)] if raw is not None else []
-        out: list[tuple[int, int, int, int]] = []
-        append, unpack = out.append, _LOCATION.unpack
-        want = stop - start
-        with self.env.begin(db=self._entries) as txn:
-            cur = txn.cursor()
-            if not cur.set_key(_KEY.pack(start)):
-                return out
-            for val in cur.iternext(keys=False, values=True):
-                append(unpack(val))
-                if len(out) == want:
-                    break
-            # Keys are dense by construction; a gap means a damaged index.
-            if out and _KEY.unpack(cur.key())[0] != start + len(out) - 1:
-                del out[:]
-        return out
-
     def iter_locations(self) -> Iterator[tuple[int, Location]]:
         """Every (index, location) in order; for verify only (a full scan)."""
         with self.env.begin(db=self._entries) as txn:
             for key, val in txn.cursor():
                 yield _KEY.unpack(key)[0], Location._make(_LOCATION.unpack(val))
-
-    def count_entries(self) -> int:
-        with self.env.begin(db=self._entries) as txn:
-            return txn.stat(self._entries)["entries"]
 
     def config_indexes(self) -> list[int]:
         with self.env.begin(db=self._configs) as txn:

@@ -222,17 +222,6 @@ class LogStore:
             to_scan = [f for f in on_disk if f not in sealed]
             tail_seg = None
 
-        if self._segments:
-            self._last = self._segments[-1].last_index
-            self._last_term = (
-                checkpoint.last_term
-                if checkpoint is not None
-                else self._term_from_index(self._last)
-            )
-        else:
-            self._last = expect - 1
-            self._last_term = prev_term
-
         # Scan the rest of the checkpoint's segment (unless it is sealed: then
         # its end is final), then each later file in order.
         plan: list[tuple[Segment, int, bool]] = []
@@ -353,14 +342,6 @@ class LogStore:
             os.unlink(other.path)
         if later:
             fsync_dir(self._seg_dir)
-
-    def _term_from_index(self, index: int) -> int:
-        if index == self._first - 1 or index == 0:
-            return self._prev_term
-        loc = self._index.location(index)
-        if loc is None:
-            raise CorruptLogError(self._seg_dir, 0, f"index has no location for entry {index}")
-        return loc.term
 
     # ---------------------------------------------------------------- close
 

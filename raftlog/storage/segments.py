@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
 from typing import NamedTuple
 
 import crc32c
@@ -379,17 +378,6 @@ class Segment:
             else:
                 at = buf.find(_MAGIC_BYTES, at + 1)
         return best
-
-    def iter_frames(self, start: int, end: int) -> Iterator[tuple[int, bytes]]:
-        """(position, raw frame bytes) for every frame in [start, end); used by verify."""
-        buf = self.pread(end - start, start)
-        off = 0
-        while off < len(buf):
-            if len(buf) - off < FRAME_HEADER_SIZE:
-                raise CorruptLogError(self.path, start + off, "frame header is cut short")
-            n = FRAME_HEADER.unpack_from(buf, off)[2]
-            yield start + off, buf[off : off + FRAME_HEADER_SIZE + n]
-            off += FRAME_HEADER_SIZE + n
 
 
 def _check_frame(

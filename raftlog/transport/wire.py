@@ -65,20 +65,19 @@ class EntryEncoder:
         k4 = _K[4][1]
         for e in entries:
             data = e.data
-            n = len(data)
-            if n:
-                nv = varint(n)
-                inner = 20 + 1 + len(nv) + n
+            head = pack(k1, e.index, k2, e.term, k3, int(e.type))
+            if data:  # proto3 omits an empty bytes field
+                nv = varint(len(data))
                 append(k8)
-                append(varint(inner))
-                append(pack(k1, e.index, k2, e.term, k3, int(e.type)))
+                append(varint(len(head) + 1 + len(nv) + len(data)))
+                append(head)
                 append(k4)
                 append(nv)
                 append(data)
             else:
                 append(k8)
-                append(varint(20))
-                append(pack(k1, e.index, k2, e.term, k3, int(e.type)))
+                append(varint(len(head)))
+                append(head)
         out = b"".join(parts)
         cache = self._cache
         cache[key] = out
