@@ -22,7 +22,7 @@ import tempfile
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from sink.config import ConfigError, load_config
-    from sink.server import serve
+    from sink.server import run_on_event_loop, serve
 
     overrides = {
         "node_id": args.node_id,
@@ -45,6 +45,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         "retention_max_entries": args.retention_max_entries,
         "retention_hard_max_entries": args.retention_hard_max_entries,
         "log_level": args.log_level,
+        "event_loop": args.event_loop,
     }
     try:
         config = load_config(args.config, overrides=overrides)
@@ -53,7 +54,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     _setup_logging(config.log_level)
     try:
-        asyncio.run(serve(config))
+        run_on_event_loop(config.event_loop, serve(config))
     except OSError as exc:
         print(f"raftsink serve: {exc}", file=sys.stderr)
         return 1
@@ -226,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--retention-hard-max-entries", type=int, help="hard log size limit (0: none)")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING (default), ERROR")
+    p.add_argument("--event-loop", choices=("uvloop", "asyncio"), help="default uvloop")
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("local", help="run a local 3-node cluster until Ctrl-C")
@@ -253,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the main job: producers -> 3-node cluster -> Spark streaming -> Parquet, with a leader kill",
     )
     p.add_argument("--data-dir", default=None, help="where to keep data (default: a temp dir)")
-    p.add_argument("--records", type=int, default=150_000, help="records to produce (default 150000)")
+    p.add_argument(
+        "--records", type=int, default=150_000, help="records to produce (default 150000)"
+    )
     p.add_argument("--keep", action="store_true", help="keep the temporary data dir")
     p.add_argument("--storage", action="store_true", help="run the storage crash demo instead")
     p.add_argument("--seconds", type=float, default=4.0, help="storage demo: writer round length")

@@ -15,6 +15,8 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import grpc
 from prometheus_client import start_http_server
@@ -26,6 +28,8 @@ from raftlog.transport import GrpcTransport
 from sink.config import SinkConfig
 from sink.metrics import NodeCollector, make_registry
 from sink.read_api import ReadApiService
+
+T = TypeVar("T")
 
 log = logging.getLogger("sink.server")
 
@@ -197,6 +201,15 @@ class SinkNodeServer:
             self._metrics_server.shutdown()
         if self.node is not None:
             await self.node.stop()
+
+
+def run_on_event_loop(kind: str, main: Coroutine[Any, Any, T]) -> T:
+    """Run main on the configured event loop ("uvloop" or "asyncio", see SinkConfig)."""
+    if kind == "uvloop":
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)
 
 
 async def serve(config: SinkConfig, ready_line: bool = True) -> None:

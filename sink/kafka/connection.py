@@ -6,6 +6,11 @@ response bytes, a future of them, or None (acks=0); these go into a FIFO that
 one writer task drains in order, so responses leave in request order
 (kafka-python requires it) while Produce/Fetch wait concurrently.
 
+Idleness: one lazily re-armed timer per connection (not a wait_for per read,
+which costs a task and a timer handle per frame on the hot path). Reads only
+move a deadline; the timer, when it fires, cancels the read loop if the
+deadline really passed while it was waiting for input.
+
 Back-pressure: the reader stops reading the socket while the connection has
 max_inflight_requests unanswered requests or too many pending produce bytes
 (per connection or server-wide). librdkafka ignores throttle_time.
@@ -18,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.index import load_request_schema
@@ -47,6 +54,14 @@ class IdleTimeout(ProtocolError):
     """Nothing (or not enough) arrived within idle_timeout_s."""
 
 
+@functools.lru_cache(maxsize=512)
+def _request_readers(api_key: int, version: int) -> tuple[Callable, Callable]:
+    """kio's (header, body) readers for one request version. kio resolves the
+    schema module by name on every call; the cache takes that off each frame."""
+    req_cls = load_request_schema(api_key, version)
+    return entity_reader(req_cls.__header_schema__), entity_reader(req_cls)
+
+
 class Connection:
     def __init__(
         self, server: KafkaServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -62,11 +77,27 @@ class Connection:
         self._inflight = 0
         self._pending_bytes = 0
         self.closed_reason: str | None = None
+        # Idle watchdog state: what the read loop waits for ("size", "body" or
+        # None while dispatching / waiting for room) and until when.
+        self._waiting_for: str | None = None
+        self._deadline = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_expired: str | None = None
+        self._read_task: asyncio.Task | None = None
 
     async def run(self) -> None:
         writer_task = self._writer_task = asyncio.create_task(self._write_loop())
+        self._read_task = asyncio.current_task()
         try:
-            await self._read_loop()
+            try:
+                await self._read_loop()
+            except asyncio.CancelledError:
+                if self._idle_expired is None:
+                    raise
+                t = asyncio.current_task()
+                if t is not None:
+                    t.uncancel()
+                raise IdleTimeout(self._idle_expired) from None
         except IdleTimeout as exc:
             self.closed_reason = str(exc)
             log.info("kafka.close peer=%s reason=%s", self.peer, exc)
@@ -79,6 +110,8 @@ class Connection:
             self.closed_reason = f"internal error: {exc!r}"
             log.exception("kafka.internal_error peer=%s", self.peer)
         finally:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
             # Flush the responses of earlier requests (bounded), then close.
             self._push(_CLOSE, 0)
             if not writer_task.done():
@@ -109,15 +142,34 @@ class Connection:
                 self.server.room_waiters.discard(self._room)
 
     async def _read_exactly(self, n: int, what: str) -> bytes:
-        idle = self.limits.idle_timeout_s
-        while True:
-            try:
-                return await asyncio.wait_for(self.reader.readexactly(n), idle)
-            except TimeoutError:
-                # readexactly consumes nothing until it has n bytes, so retrying is safe.
-                if what == "size" and self._inflight > 0:
-                    continue  # waiting on our own responses is not idleness
-                raise IdleTimeout(f"idle for {idle}s waiting for the request {what}") from None
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.time() + self.limits.idle_timeout_s
+        if self._idle_timer is None:
+            self._idle_timer = loop.call_at(self._deadline, self._check_idle)
+        self._waiting_for = what
+        try:
+            return await self.reader.readexactly(n)
+        finally:
+            self._waiting_for = None
+
+    def _check_idle(self) -> None:
+        """Timer callback: cancel the read loop if it has waited past its deadline."""
+        loop = asyncio.get_running_loop()
+        self._idle_timer = None
+        what = self._waiting_for
+        if what is None:
+            return  # dispatching or blocked on back-pressure; the next read re-arms
+        now = loop.time()
+        if now < self._deadline or (what == "size" and self._inflight > 0):
+            # Not idle yet, or waiting on our own responses (which is not idleness).
+            due = max(self._deadline, now + self.limits.idle_timeout_s / 4)
+            self._idle_timer = loop.call_at(due, self._check_idle)
+            return
+        self._idle_expired = (
+            f"idle for {self.limits.idle_timeout_s}s waiting for the request {what}"
+        )
+        if self._read_task is not None:
+            self._read_task.cancel()
 
     async def _read_loop(self) -> None:
         max_frame = self.limits.max_frame_bytes
@@ -152,9 +204,9 @@ class Connection:
         if not rng[0] <= version <= rng[1]:
             raise ProtocolError(f"unsupported version {version} of API {api_key}")
         try:
-            req_cls = load_request_schema(api_key, version)
-            _hdr, n = entity_reader(req_cls.__header_schema__)(frame, 0)
-            req, _m = entity_reader(req_cls)(frame, n)
+            read_header, read_body = _request_readers(api_key, version)
+            _hdr, n = read_header(frame, 0)
+            req, _m = read_body(frame, n)
         except KeyError as exc:  # kio: unknown tagged field (KIP-482 says skip; we refuse)
             raise ProtocolError(f"unparseable request (API {api_key} v{version}): {exc}") from None
         except Exception as exc:

@@ -42,6 +42,7 @@ def test_precedence_file_env_flags(tmp_path):
     assert cfg.tick_ms == 40  # an unset flag (None) does not override
     assert cfg.listen("kafka") == "a:2" and cfg.me.read_api == "a:3"
     assert cfg.write_caching is False and cfg.auto_create_topics is True
+    assert cfg.event_loop == "uvloop"
 
 
 @pytest.mark.parametrize(
@@ -60,6 +61,7 @@ def test_precedence_file_env_flags(tmp_path):
         ({"node_id": "one", "data_dir": "/d", "peers": PEERS}, "integer"),
         ({"node_id": 1, "data_dir": "/d", "peers": PEERS, "kafka_listen": "nope"}, "HOST:PORT"),
         ({"node_id": 1, "data_dir": "/d", "peers": PEERS, "log_level": "LOUD"}, "log_level"),
+        ({"node_id": 1, "data_dir": "/d", "peers": PEERS, "event_loop": "tokio"}, "event_loop"),
     ],
 )
 def test_invalid_configs_name_the_problem(values, match):

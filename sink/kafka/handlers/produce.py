@@ -22,8 +22,6 @@ from sink.state import ProduceResult
 
 log = logging.getLogger("sink.kafka")
 
-log = logging.getLogger("sink.kafka")
-
 PRODUCE = 0
 INIT_PRODUCER_ID = 22
 
@@ -36,7 +34,6 @@ async def handle_produce(
     ctx: HandlerContext, version: int, corr: int, req: Any, frame: bytes = b""
 ) -> asyncio.Future | None:
     svc, fsm = ctx.service, ctx.fsm
-    loop = asyncio.get_running_loop()
     acks = req.acks
     pending: list[tuple[str, list[tuple[int, asyncio.Future | ProduceResult]]]] = []
     for td in req.topic_data:
@@ -71,10 +68,43 @@ async def handle_produce(
             parts.append((pd.index, svc.produce(name, pd.index, records, batches)))
     if acks == 0:
         return None
-    return loop.create_task(_respond(ctx, version, corr, pending))
+    return _response_when_done(ctx, version, corr, pending)
 
 
-async def _respond(
+def _response_when_done(
+    ctx: HandlerContext,
+    version: int,
+    corr: int,
+    pending: list[tuple[str, list[tuple[int, asyncio.Future | ProduceResult]]]],
+) -> asyncio.Future:
+    """A future of the response bytes, set by done-callbacks of the partition
+    futures: no task per request on the produce hot path."""
+    out = asyncio.get_running_loop().create_future()
+    waiting = [r for _, parts in pending for _, r in parts if isinstance(r, asyncio.Future)]
+    remaining = len(waiting)
+
+    def finish() -> None:
+        if out.done():
+            return
+        try:
+            out.set_result(_encode_response(ctx, version, corr, pending))
+        except (Exception, asyncio.CancelledError) as exc:  # fail this response only
+            out.set_exception(exc)
+
+    def one_done(_f: asyncio.Future) -> None:
+        nonlocal remaining
+        remaining -= 1
+        if remaining == 0:
+            finish()
+
+    if not waiting:
+        finish()
+    for f in waiting:
+        f.add_done_callback(one_done)
+    return out
+
+
+def _encode_response(
     ctx: HandlerContext,
     version: int,
     corr: int,
@@ -86,7 +116,7 @@ async def _respond(
     for name, parts in pending:
         out = []
         for index, r in parts:
-            res = await r if isinstance(r, asyncio.Future) else r
+            res = r.result() if isinstance(r, asyncio.Future) else r
             lead, epoch = -1, -1
             if res.error == E.NOT_LEADER_OR_FOLLOWER:
                 not_leader = True
