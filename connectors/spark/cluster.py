@@ -165,12 +165,23 @@ class ReadCluster:
         }
 
     def fetch(self, address: str, topic: str, partition: int, offset: int, max_bytes: int) -> Any:
-        async def fn(c: ReadApiClient) -> Any:
-            return await c.fetch(
-                topic, partition, offset, max_bytes=max_bytes, timeout=self.request_timeout_s
-            )
+        return self.fetch_soon(address, topic, partition, offset, max_bytes).result(
+            self.request_timeout_s + 5.0
+        )
 
-        return self.call(address, fn)
+    def fetch_soon(
+        self, address: str, topic: str, partition: int, offset: int, max_bytes: int
+    ) -> Future[Any]:
+        """Start a Fetch now and return its future (a reader prefetches the next range
+        while it decodes the current one)."""
+        loop = _LoopThread.get()
+        client = loop.client(address)
+        return asyncio.run_coroutine_threadsafe(
+            client.fetch(
+                topic, partition, offset, max_bytes=max_bytes, timeout=self.request_timeout_s
+            ),
+            loop.loop,
+        )
 
     def commit(self, pipeline_id: str, offsets: dict[TopicPartition, int]) -> bool:
         """Report consumed offsets if the read API has a Commit RPC; False if it has none.

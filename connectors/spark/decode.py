@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterable
+from itertools import pairwise
+from operator import attrgetter
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from connectors.spark.schema import arrow_schema
 
 _SCHEMAS = {True: arrow_schema(True), False: arrow_schema(False)}
 _TS_TYPE = pa.timestamp("us", tz="UTC")
+_KEY, _VALUE, _TIMESTAMP, _HEADERS, _OFFSET = (
+    attrgetter(a) for a in ("key", "value", "timestamp", "headers", "offset")
+)
 
 
 class RangeDecoder:
@@ -40,7 +45,10 @@ class RangeDecoder:
     def _reset(self) -> None:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
+        # Offsets as runs: (first, count) for a dense run, (-1, [offsets]) for a gappy one;
+        # dense runs (the normal case) become Arrow with numpy, no Python int per record.
+        self.offset_runs: list[tuple[int, int | list[int]]] = []
+        self.count = 0
         self.timestamps: list[int] = []
         self.ts_types: list[tuple[int, int]] = []  # (timestamp type, record count) runs
         self.headers: list[list[tuple[str, bytes | None]] | None] = []
@@ -48,7 +56,7 @@ class RangeDecoder:
 
     @property
     def pending(self) -> int:
-        return len(self.offsets)
+        return self.count
 
     @property
     def done(self) -> bool:
@@ -83,48 +91,57 @@ class RangeDecoder:
             # Dense batch (the normal case: one offset per record): slice by offset arithmetic.
             a, b = max(0, lo - base), min(len(recs), hi - base)
             recs = recs[a:b]
-            self.offsets.extend(range(base + a, base + b))
+            if recs:
+                self.offset_runs.append((base + a, b - a))
         else:  # offsets with gaps (compacted upstream data): filter record by record
             recs = [r for r in recs if lo <= r.offset < hi]
-            self.offsets.extend([r.offset for r in recs])
-            if any(
-                x >= y
-                for x, y in zip(
-                    self.offsets[-len(recs) :], self.offsets[-len(recs) + 1 :], strict=False
-                )
-            ):
+            offs = list(map(_OFFSET, recs))
+            if any(x >= y for x, y in pairwise(offs)):
                 raise ValueError(f"offsets not increasing in {self.topic}/{self.partition}")
+            if recs:
+                self.offset_runs.append((-1, offs))
         if recs:
-            self.keys.extend([r.key for r in recs])
-            self.values.extend([r.value for r in recs])
-            self.timestamps.extend([r.timestamp for r in recs])
+            self.count += len(recs)
+            self.keys.extend(map(_KEY, recs))
+            self.values.extend(map(_VALUE, recs))
+            self.timestamps.extend(map(_TIMESTAMP, recs))
             if self.include_headers:
-                # Empty header lists become None: fewer GC-tracked objects held per record.
-                hs = [r.headers or None for r in recs]
-                self.headers.extend(hs)
-                if not self.any_headers and any(hs):
+                if any(map(_HEADERS, recs)):
+                    # Empty header lists become None: fewer GC-tracked objects held per record.
+                    self.headers.extend([r.headers or None for r in recs])
                     self.any_headers = True
+                else:
+                    self.headers.extend([None] * len(recs))
             self.ts_types.append((batch.timestamp_type, len(recs)))
         # The batch covers offsets up to `last`; gaps inside it (compaction) hold no records.
         self.next_offset = min(hi, last + 1)
 
     def flush(self) -> pa.RecordBatch | None:
         """The pending records as one Arrow batch (None if there are none)."""
-        n = len(self.offsets)
+        n = self.count
         if n == 0:
             return None
-        topic = pa.array([self.topic], pa.string()).take(pa.array([0] * n, pa.int32()))
-        ts_types: list[int] = []
-        for t, count in self.ts_types:
-            ts_types.extend([t] * count)
+        topic = pa.array([self.topic], pa.string()).take(np.zeros(n, np.int32))
+        ts_types = np.repeat(
+            np.array([t for t, _ in self.ts_types], np.int32),
+            [c for _, c in self.ts_types],
+        )
+        offsets = np.concatenate(
+            [
+                np.arange(first, first + run, dtype=np.int64)
+                if first >= 0
+                else np.array(run, np.int64)
+                for first, run in self.offset_runs
+            ]
+        )
         cols = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),
             topic,
-            pa.array([self.partition] * n, pa.int32()),
-            pa.array(self.offsets, pa.int64()),
-            pc.multiply(pa.array(self.timestamps, pa.int64()), 1000).cast(_TS_TYPE),
-            pa.array(ts_types, pa.int32()),
+            pa.array(np.full(n, self.partition, np.int32)),
+            pa.array(offsets),
+            pa.array(np.array(self.timestamps, np.int64) * 1000, _TS_TYPE),
+            pa.array(ts_types),
         ]
         if self.include_headers:
             cols.append(_headers_array(self.headers, self.any_headers, self.schema))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
 
 import pyarrow as pa
 
@@ -41,6 +43,11 @@ def data_loss_message(topic: str, partition: int, needed: int, log_start: int) -
     )
 
 
+def _next_offset(batch: Any) -> int:
+    """The offset after a served RecordBatch v2: its base offset + lastOffsetDelta + 1."""
+    return batch.base_offset + int.from_bytes(batch.data[23:27], "big") + 1
+
+
 def read_range(
     cluster: ReadCluster,
     rng: OffsetRange,
@@ -53,16 +60,24 @@ def read_range(
     deadline = time.monotonic() + cluster.retry_timeout_s
     delay = 0.02
     warn_at = time.monotonic() + 2.0
+    # The next Fetch, started before decoding the current reply: (node, offset, future).
+    # Used only if the loop asks that node for that offset; dropped otherwise.
+    prefetch: tuple[int, int, Future] | None = None
     while not dec.done:
         errors: dict[str, str] = {}
         reachable = 0
         lost_to = -1  # a node's log start past what we need: data loss
         served = False
+        ahead, prefetch = prefetch, None
         for i in cluster.order():
             addr = cluster.nodes[i]
             want = dec.next_offset
             try:
-                reply = cluster.fetch(addr, rng.topic, rng.partition, want, max_bytes)
+                if ahead is not None and ahead[:2] == (i, want):
+                    fut, ahead = ahead[2], None
+                    reply = fut.result(cluster.request_timeout_s + 5.0)
+                else:
+                    reply = cluster.fetch(addr, rng.topic, rng.partition, want, max_bytes)
             except Exception as exc:
                 errors[addr] = _describe(exc)
                 continue
@@ -81,6 +96,13 @@ def read_range(
                 # This replica has not applied offset `want` yet; another one may have.
                 errors[addr] = f"applied up to {reply.high_watermark}"
                 continue
+            after = _next_offset(reply.batches[-1])
+            if want < after < dec.end:
+                prefetch = (
+                    i,
+                    after,
+                    cluster.fetch_soon(addr, rng.topic, rng.partition, after, max_bytes),
+                )
             for b in reply.batches:
                 dec.add(b.data)
             if dec.next_offset <= want:
@@ -91,6 +113,8 @@ def read_range(
             cluster.preferred = i
             served = True
             break
+        if ahead is not None:
+            ahead[2].cancel()
         if served:
             delay = 0.02
             deadline = time.monotonic() + cluster.retry_timeout_s

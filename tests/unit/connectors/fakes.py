@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -92,6 +93,7 @@ class FakeCluster(ReadCluster):
         super().__init__(list(logs), request_timeout_s=1.0, retry_timeout_s=retry_timeout_s)
         self.logs = logs
         self.calls: list[str] = []
+        self.prefetches = 0
 
     def fetch(self, address, topic, partition, offset, max_bytes):  # type: ignore[override]
         self.calls.append(address)
@@ -99,6 +101,16 @@ class FakeCluster(ReadCluster):
         if node is None:
             raise ConnectionError(f"connection refused: {address}")
         return node.fetch(topic, partition, offset, max_bytes)
+
+    def fetch_soon(self, address, topic, partition, offset, max_bytes):  # type: ignore[override]
+        """Run the fetch now; the future carries its result or error (as the real one)."""
+        self.prefetches += 1
+        fut: Future = Future()
+        try:
+            fut.set_result(self.fetch(address, topic, partition, offset, max_bytes))
+        except Exception as exc:
+            fut.set_exception(exc)
+        return fut
 
     def partitions(self, topics=None, linearizable=False, deadline_s=None):  # type: ignore[override]
         for i in self.order():

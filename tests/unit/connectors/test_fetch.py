@@ -25,6 +25,29 @@ def test_reads_exact_range_across_many_fetches():
     cluster = FakeCluster({"n1": log})
     rbs = list(read_range(cluster, OffsetRange("t", 0, 5, 295), max_bytes=1))
     assert offsets(rbs) == list(range(5, 295))
+    # Every fetch after the first was started before the previous reply was decoded,
+    # and none past the range's end.
+    assert cluster.prefetches == 29 and len(cluster.calls) == 30
+
+
+def test_failed_prefetch_falls_back_to_the_other_replicas():
+    """The node serving the prefetch dies between two fetches: its error is one
+    more failed attempt, and the range is still read whole from the other node."""
+    a, b = FakeLog(), FakeLog()
+    fill(a, 10)
+    fill(b, 10)
+    cluster = FakeCluster({"a": a, "b": b})
+    real_fetch = cluster.fetch
+
+    def dies_after_two(address, *args):
+        if address == "a" and cluster.calls.count("a") >= 2:
+            cluster.logs["a"] = None
+        return real_fetch(address, *args)
+
+    cluster.fetch = dies_after_two  # type: ignore[method-assign]
+    rbs = list(read_range(cluster, OffsetRange("t", 0, 0, 100), max_bytes=1))
+    assert offsets(rbs) == list(range(100))
+    assert cluster.nodes[cluster.preferred] == "b" and "b" in cluster.calls
 
 
 def test_fails_over_from_dead_and_lagging_nodes():
