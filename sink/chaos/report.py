@@ -70,13 +70,13 @@ def summary_text(data: dict[str, Any]) -> str:
         f"faults injected ({len(data['faults'])}): "
         + ", ".join(f"{k} x{n}" for k, n in sorted(data["fault_counts"].items())),
     ]
-    for f in data["faults"]:
+    for k, f in enumerate(data["faults"], 1):
         lead = " (the leader)" if f.get("leader") == f["node"] else ""
         extra = ""
         if "links" in f:
             extra = " links " + " ".join(f["links"])
         lines.append(
-            f"  {f['start']:7.1f}-{f['end']:7.1f} s  {f['kind']:<9} {f['mode']:<15} "
+            f"  #{k:<3} {f['start']:7.1f}-{f['end']:7.1f} s  {f['kind']:<9} {f['mode']:<15} "
             f"node {f['node']}{lead}{extra}"
         )
     lines += ["", f"anomalies: {data['anomaly_count']}"]
@@ -147,7 +147,14 @@ def plot(data: dict[str, Any], ops: list[Op], path: str) -> None:
     from matplotlib.patches import Patch
 
     s = series(ops)
-    fig, axes = plt.subplots(3, 1, figsize=(14, 9), sharex=True)
+    # Long runs get a wider figure (up to 30 in), so a fault window stays visible.
+    seconds = max([1.0, *s["t"]])
+    width = min(30.0, max(14.0, seconds / 25))
+    faults = data["faults"]
+    # Full labels need about 0.8 in each; when windows are closer than that the
+    # plot shows fault numbers, which summary.txt lists (#k) with every detail.
+    numbered = bool(faults) and width * 0.85 / len(faults) < 0.8
+    fig, axes = plt.subplots(3, 1, figsize=(width, 9), sharex=True)
     ax1, ax2, ax3 = axes
     ax1.plot(s["t"], s["acks"], color="#1f77b4", lw=1.2, label="acknowledged/s")
     ax1.plot(s["t"], s["bad"], color="black", lw=1.0, ls="--", label="unknown or failed/s")
@@ -163,12 +170,15 @@ def plot(data: dict[str, Any], ops: list[Op], path: str) -> None:
     ax3.set_ylabel("records polled/s")
     ax3.set_xlabel("seconds since start")
     ymax = max([1.0, *s["acks"]])
-    for k, f in enumerate(data["faults"]):
+    for k, f in enumerate(faults):
         color = COLORS.get(f["kind"], "#aaaaaa")
         for ax in axes:
             ax.axvspan(f["start"], f["end"], color=color, alpha=0.18, lw=0)
         lead = "L" if f.get("leader") == f["node"] else ""
-        label = f"{f['kind']}{' ' + f['mode'] if f['mode'] else ''}\nn{lead}{f['node']}"
+        if numbered:
+            label = f"{k + 1}"
+        else:
+            label = f"{f['kind']}{' ' + f['mode'] if f['mode'] else ''}\nn{lead}{f['node']}"
         ax1.text(
             (f["start"] + f["end"]) / 2,
             ymax * (1.02 if k % 2 == 0 else 1.16),
@@ -184,14 +194,15 @@ def plot(data: dict[str, Any], ops: list[Op], path: str) -> None:
         ax3.text(data["workload_end"], 0, " healed, draining", fontsize=7, va="bottom")
     ax1.set_ylim(0, ymax * 1.32)
     handles = [Patch(color=c, alpha=0.3, label=k) for k, c in COLORS.items()]
-    ax1.legend(loc="upper left", fontsize=8, ncol=2)
-    ax2.legend(loc="upper left", fontsize=8, ncol=3)
-    ax3.legend(
-        handles=ax3.get_legend_handles_labels()[0] + handles, loc="upper left", fontsize=8, ncol=3
-    )
+    # Legends sit right of the axes, clear of the fault labels and the curves.
+    outside = {"loc": "upper left", "bbox_to_anchor": (1.005, 1.0), "fontsize": 8}
+    ax1.legend(**outside)
+    ax2.legend(**outside)
+    ax3.legend(handles=ax3.get_legend_handles_labels()[0] + handles, **outside)
     fig.suptitle(
         f"raftsink chaos  seed={data['seed']}  verdict={data['verdict']}  "
-        f"anomalies={data['anomaly_count']}  acked={data['stats']['sends_ok']}",
+        f"anomalies={data['anomaly_count']}  acked={data['stats']['sends_ok']}"
+        + ("  (fault numbers: see summary.txt)" if numbered else ""),
         fontsize=11,
     )
     fig.tight_layout()
