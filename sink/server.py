@@ -39,33 +39,6 @@ def _hostport(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class AdvertisedAs:
-    """The same SinkService seen through another Kafka listener: only the
-    advertised broker addresses differ (in-flight produce dedup is shared)."""
-
-    # Replies forwarded from the leader carry internal addresses: this
-    # listener answers Metadata from its own state instead.
-    forwarded_replies_usable = False
-
-    def __init__(self, service: object, brokers: dict[int, tuple[str, int]]) -> None:
-        self._service = service
-        self.brokers = brokers
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._service, name)
-
-    def leader_id(self) -> int:
-        lead = self._service.node.leader_id
-        return lead if lead in self.brokers else -1
-
-    def leader_endpoint(self) -> tuple[int, str, int] | None:
-        lead = self.leader_id()
-        if lead < 0:
-            return None
-        host, port = self.brokers[lead]
-        return lead, host, port
-
-
 class SinkNodeServer:
     def __init__(self, config: SinkConfig) -> None:
         self.config = config
@@ -121,12 +94,13 @@ class SinkNodeServer:
         await self.kafka.start()
         self.kafka_external = None
         if cfg.kafka_external_listen:
-            external = AdvertisedAs(
-                self.service, {i: _hostport(a) for i, a in cfg.external_kafka.items()}
-            )
             ehost, eport = _hostport(cfg.kafka_external_listen)
             self.kafka_external = KafkaServer(
-                external, ehost, eport, KafkaLimits(max_frame_bytes=cfg.max_frame_bytes)
+                self.service,
+                ehost,
+                eport,
+                KafkaLimits(max_frame_bytes=cfg.max_frame_bytes),
+                advertised={i: _hostport(a) for i, a in cfg.external_kafka.items()},
             )
             await self.kafka_external.start()
         read_api = ReadApiService(

@@ -126,10 +126,6 @@ class SinkService:
     def leader_epoch(self) -> int:
         return self.node.core.term
 
-    # A forwarded reply comes from the leader's internal listener: relaying it
-    # is right only for clients that use the internal addresses too.
-    forwarded_replies_usable = True
-
     def forward_endpoint(self) -> tuple[int, str, int] | None:
         """Where a follower forwards requests to the leader: its INTERNAL
         Kafka address, whichever listener the client came in on."""

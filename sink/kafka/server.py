@@ -7,7 +7,7 @@ import contextlib
 import logging
 
 from sink.kafka.connection import Connection
-from sink.kafka.handlers import HandlerContext
+from sink.kafka.handlers import Advertised, HandlerContext
 from sink.kafka.limits import KafkaLimits
 from sink.service import SinkService
 
@@ -15,16 +15,32 @@ log = logging.getLogger("sink.kafka")
 
 
 class KafkaServer:
-    """Serves one SinkService on host:port (port 0: ephemeral, see bound_port)."""
+    """Serves one SinkService on host:port (port 0: ephemeral, see bound_port).
+
+    advertised: the broker addresses this listener's Metadata names (node id ->
+    (host, port)); None means the service's own (internal) ones. A node may run
+    several listeners over one service, e.g. one for a container network.
+    """
 
     def __init__(
-        self, service: SinkService, host: str, port: int, limits: KafkaLimits | None = None
+        self,
+        service: SinkService,
+        host: str,
+        port: int,
+        limits: KafkaLimits | None = None,
+        advertised: dict[int, tuple[str, int]] | None = None,
     ) -> None:
         self.service = service
         self.host = host
         self.port = port
         self.limits = limits or KafkaLimits()
-        self.context = HandlerContext(service, self.limits)
+        if advertised is None:
+            adv = Advertised(service.brokers, forwarded_replies_usable=True)  # shared, not copied
+        else:
+            if set(advertised) != set(service.brokers):
+                raise ValueError("advertised addresses must name every node")
+            adv = Advertised(dict(advertised), forwarded_replies_usable=False)
+        self.context = HandlerContext(service, self.limits, adv)
         self.bound_port = 0
         self.pending_produce_bytes = 0
         self.room_waiters: set[asyncio.Event] = set()

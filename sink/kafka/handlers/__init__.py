@@ -12,7 +12,7 @@ from sink.kafka.handlers.cluster import (
     handle_find_coordinator,
     handle_metadata,
 )
-from sink.kafka.handlers.context import HandlerContext
+from sink.kafka.handlers.context import Advertised, HandlerContext
 from sink.kafka.handlers.fetch import handle_fetch, handle_list_offsets
 from sink.kafka.handlers.groups import handle_offset_commit, handle_offset_fetch
 from sink.kafka.handlers.produce import handle_init_producer_id, handle_produce
@@ -44,4 +44,11 @@ HANDLERS = {
     22: handle_init_producer_id,
 }
 
-__all__ = ["API_VERSIONS_KEY", "HANDLERS", "SUPPORTED", "HandlerContext", "encode_api_versions"]
+__all__ = [
+    "API_VERSIONS_KEY",
+    "HANDLERS",
+    "SUPPORTED",
+    "Advertised",
+    "HandlerContext",
+    "encode_api_versions",
+]

@@ -41,7 +41,7 @@ def encode_api_versions(
 def _broker_list(ctx: HandlerContext) -> list[dict]:
     return [
         {"node_id": i, "host": h, "port": p, "rack": None}
-        for i, (h, p) in sorted(ctx.service.brokers.items())
+        for i, (h, p) in sorted(ctx.brokers.items())
     ]
 
 
@@ -56,9 +56,9 @@ def _topic_entry(ctx: HandlerContext, name: str, error: int) -> dict[str, Any]:
             "is_internal": False,
             "partitions": [],
         }
-    leader = svc.leader_id()
+    leader = ctx.leader_id()
     epoch = svc.leader_epoch()
-    replicas = sorted(svc.brokers)
+    replicas = sorted(ctx.brokers)
     return {
         "error_code": E.NONE,
         "name": name,
@@ -102,7 +102,7 @@ async def handle_metadata(
             # Auto-creation goes through the log: let the leader answer (it creates).
             try:
                 resp = await forward_frame(ep[1], ep[2], frame)
-                if svc.forwarded_replies_usable:
+                if ctx.advertised.forwarded_replies_usable:
                     return resp
                 # Created by now; answer below with this listener's addresses.
             except ForwardError as exc:
@@ -120,7 +120,7 @@ async def handle_metadata(
                 wanted.append((name, err))
             else:
                 wanted.append((name, E.UNKNOWN_TOPIC_OR_PARTITION))
-    leader = ctx.service.leader_id()
+    leader = ctx.leader_id()
     body = {
         "throttle_time": 0,
         "brokers": _broker_list(ctx),
@@ -132,7 +132,7 @@ async def handle_metadata(
 
 
 def _coordinator(ctx: HandlerContext) -> tuple[int, int, str, int]:
-    ep = ctx.service.leader_endpoint()
+    ep = ctx.leader_endpoint()
     if ep is None:
         return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     return E.NONE, ep[0], ep[1], ep[2]
@@ -191,7 +191,7 @@ async def handle_create_topics(
             "error_code": err,
             "error_message": msg,
             "num_partitions": info.partitions if info else n,
-            "replication_factor": len(svc.brokers),
+            "replication_factor": len(ctx.brokers),
             "configs": [],
         }
         if info is not None:

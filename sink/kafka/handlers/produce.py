@@ -120,7 +120,7 @@ def _encode_response(
             lead, epoch = -1, -1
             if res.error == E.NOT_LEADER_OR_FOLLOWER:
                 not_leader = True
-                lead, epoch = svc.leader_id(), svc.leader_epoch()
+                lead, epoch = ctx.leader_id(), svc.leader_epoch()
                 if lead < 0:
                     epoch = -1
             out.append(
@@ -131,7 +131,7 @@ def _encode_response(
         topics.append((name, out))
     endpoints = []
     if not_leader and version >= 10:
-        ep = svc.leader_endpoint()
+        ep = ctx.leader_endpoint()
         if ep is not None:
             endpoints.append(ep)
     return encode_produce(version, corr, topics, endpoints)
