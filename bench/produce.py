@@ -3,8 +3,9 @@ against NATS JetStream (3 nodes, replicas=3, file storage) in the same run.
 
 raftsink: kcat (librdkafka, idempotent, acks=all) writes N records of 100 B and
 1 KiB over several partitions: records/s and MB/s from start to the last
-delivery. Then confluent-kafka at a fixed 1,000 records/s: p50/p99 delivery
-latency. JetStream: nats-py publish_async with a window of 4,000, then
+delivery. Then, once every node has caught up (no follower still replaying the
+throughput phase's backlog), confluent-kafka at a fixed 1,000 records/s:
+p50/p99 delivery latency (produce() to delivery callback). JetStream: nats-py publish_async with a window of 4,000, then
 1,000 msgs/s with one publish awaited at a time. NOTE: nats-server 2.9 does not
 fsync per message (acks once a quorum has it in the page cache).
 
@@ -279,6 +280,9 @@ def main() -> int:
             )
             if stored != r["records"]:
                 raise RuntimeError(f"{r['records']} records delivered but {stored} stored")
+        t0 = time.monotonic()
+        index = asyncio.run(cluster.wait_settled())
+        print(f"  (every node applied entry {index}; settled in {time.monotonic() - t0:.1f} s)")
         lat = kafka_latency(cluster.bootstrap_servers, "bench-latency", 100, 1000, lat_seconds)
         fig["p50_ms"] = round(lat["p50_ms"], 2)
         fig["p99_ms"] = round(lat["p99_ms"], 2)

@@ -176,6 +176,26 @@ class LocalSinkCluster:
             await asyncio.sleep(0.05)
         raise TimeoutError(f"cluster not ready within {timeout} s; last status: {last}")
 
+    async def wait_settled(self, timeout: float = 300.0) -> int:
+        """Wait until every live node has durably stored and applied the same last
+        entry (followers caught up, nothing in flight); returns that index.
+        Benchmarks call it between phases so one phase's backlog (a follower still
+        catching up) does not load the next phase's measurement."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last = None
+        while loop.time() < deadline:
+            sts = [await self.status(i) for i in self.alive()]
+            last = sts
+            if sts and all(st is not None for st in sts):
+                ends = {(st["applied"], st["durable_index"], st["last_index"]) for st in sts}
+                if len(ends) == 1:
+                    applied, durable, last_index = ends.pop()
+                    if applied == durable == last_index:
+                        return applied
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"cluster did not settle within {timeout} s; last status: {last}")
+
 
 def _tail(path: str, n: int = 2000) -> str:
     try:
