@@ -18,6 +18,7 @@ import grpc
 
 from raftlog.runtime import RaftError
 from sink import read_api_pb2 as pb
+from sink.read_wire import FetchReplyView, decode_fetch_reply, encode_fetch_reply
 
 log = logging.getLogger("sink.read_api")
 
@@ -85,7 +86,10 @@ class ReadApiService:
             partitions=out, leader_id=self.node.leader_id, leader_epoch=self.node.core.term
         )
 
-    async def fetch(self, req: pb.FetchRequest, ctx: grpc.aio.ServicerContext) -> pb.FetchReply:
+    async def fetch(
+        self, req: pb.FetchRequest, ctx: grpc.aio.ServicerContext
+    ) -> pb.FetchReply | bytes:
+        """Errors as pb.FetchReply; batches already encoded (sink/read_wire.py)."""
         info = self.fsm.topics().get(req.topic)
         if info is None or not 0 <= req.partition < info.partitions:
             return pb.FetchReply(
@@ -107,12 +111,8 @@ class ReadApiService:
                 error_code=ERR_OFFSET_OUT_OF_RANGE,
                 error=f"offset {req.offset} is outside [{start}, {hw}]",
             )
-        batches = self.fsm.read(t, p, req.offset, max_bytes) if req.offset < hw else []
-        return pb.FetchReply(
-            batches=[pb.Batch(base_offset=b, data=d) for b, d in batches],
-            high_watermark=hw,
-            log_start_offset=start,
-        )
+        parts = self.fsm.read_parts(t, p, req.offset, max_bytes) if req.offset < hw else []
+        return encode_fetch_reply(parts, hw, start)
 
     async def commit(self, req: pb.CommitRequest, ctx: grpc.aio.ServicerContext) -> pb.CommitReply:
         """Propose the pipeline's offsets on the leader; a follower forwards once."""
@@ -157,10 +157,18 @@ class ReadApiService:
             {
                 "Status": unary(self.status, pb.StatusRequest, pb.StatusReply),
                 "Partitions": unary(self.partitions, pb.PartitionsRequest, pb.PartitionsReply),
-                "Fetch": unary(self.fetch, pb.FetchRequest, pb.FetchReply),
+                "Fetch": grpc.unary_unary_rpc_method_handler(
+                    self.fetch,
+                    request_deserializer=pb.FetchRequest.FromString,
+                    response_serializer=_serialize_fetch_reply,
+                ),
                 "Commit": unary(self.commit, pb.CommitRequest, pb.CommitReply),
             },
         )
+
+
+def _serialize_fetch_reply(reply: pb.FetchReply | bytes) -> bytes:
+    return reply if isinstance(reply, bytes) else reply.SerializeToString()
 
 
 class ReadApiClient:
@@ -170,6 +178,11 @@ class ReadApiClient:
         self.address = address
         self._channel = grpc.aio.insecure_channel(
             address, options=[("grpc.max_receive_message_length", MAX_FETCH_BYTES + (1 << 20))]
+        )
+        self._fetch = self._channel.unary_unary(
+            f"/{SERVICE}/Fetch",
+            request_serializer=pb.FetchRequest.SerializeToString,
+            response_deserializer=decode_fetch_reply,
         )
 
     def _call(self, method: str, req_cls: Any, resp_cls: Any):
@@ -200,8 +213,9 @@ class ReadApiClient:
         max_bytes: int = 4 * 1024 * 1024,
         max_wait_ms: int = 0,
         timeout: float = 40.0,
-    ) -> pb.FetchReply:
-        return await self._call("Fetch", pb.FetchRequest, pb.FetchReply)(
+    ) -> FetchReplyView:
+        """Batches come back as memoryviews into the received reply (no copies)."""
+        return await self._fetch(  # type: ignore[no-any-return]
             pb.FetchRequest(
                 topic=topic,
                 partition=partition,
