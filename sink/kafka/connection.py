@@ -260,6 +260,9 @@ class Connection:
             else:
                 writer.write(_SIZE.pack(len(data)) + data)
             await writer.drain()
+            # A response is activity too: idleness counts from the later of the
+            # last read started and the last response written (as Kafka's).
+            self._deadline = asyncio.get_running_loop().time() + self.limits.idle_timeout_s
 
     def abort(self) -> None:
         """Server shutdown: drop the socket and stop writing at once."""
