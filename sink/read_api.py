@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -174,10 +174,15 @@ def _serialize_fetch_reply(reply: pb.FetchReply | bytes) -> bytes:
 class ReadApiClient:
     """A small async client of the read API (used by `raftsink status` and connectors)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, channel_options: Sequence[tuple[str, Any]] = ()) -> None:
+        """channel_options: extra gRPC channel arguments (e.g. reconnect back-off)."""
         self.address = address
         self._channel = grpc.aio.insecure_channel(
-            address, options=[("grpc.max_receive_message_length", MAX_FETCH_BYTES + (1 << 20))]
+            address,
+            options=[
+                ("grpc.max_receive_message_length", MAX_FETCH_BYTES + (1 << 20)),
+                *channel_options,
+            ],
         )
         self._fetch = self._channel.unary_unary(
             f"/{SERVICE}/Fetch",

@@ -17,14 +17,12 @@ import signal
 import subprocess
 import sys
 
-import grpc
-
 from raftlog.local_cluster import free_ports
 from sink.chaos.node import STALL_ENV
 from sink.chaos.proxy import ProxyControl
 from sink.config import Peer, format_peers
 from sink.local_cluster import LocalSinkCluster
-from sink.read_api import MAX_FETCH_BYTES, ReadApiClient
+from sink.read_api import ReadApiClient
 
 
 class ChaosReadClient(ReadApiClient):
@@ -32,11 +30,9 @@ class ChaosReadClient(ReadApiClient):
     (gRPC's default reconnect back-off grows to 120 s)."""
 
     def __init__(self, address: str) -> None:
-        self.address = address
-        self._channel = grpc.aio.insecure_channel(
+        super().__init__(
             address,
-            options=[
-                ("grpc.max_receive_message_length", MAX_FETCH_BYTES + (1 << 20)),
+            channel_options=[
                 ("grpc.initial_reconnect_backoff_ms", 100),
                 ("grpc.min_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", 1000),
