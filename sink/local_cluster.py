@@ -85,26 +85,39 @@ class LocalSinkCluster:
             )
         return path
 
+    node_module = "sink.cli"
+    """Each node runs as `python -m <node_module> serve ...` (subclasses wrap it)."""
+
+    def _node_peers(self, node_id: int) -> str:
+        """The --peers a node is started with (a subclass may route them elsewhere)."""
+        return format_peers(self.peers)
+
+    def _node_env(self, node_id: int) -> dict[str, str] | None:
+        """The node's environment; None: this process's."""
+        return None
+
     def start(self, i: int | None = None) -> None:
         for n in [self.nodes[i]] if i else self.nodes.values():
+            nid = n.peer.id
             os.makedirs(n.data_dir, exist_ok=True)
             with open(n.log_path, "ab") as log:
                 n.proc = subprocess.Popen(
                     [
                         sys.executable,
                         "-m",
-                        "sink.cli",
+                        self.node_module,
                         "serve",
                         "--node-id",
-                        str(n.peer.id),
+                        str(nid),
                         "--data-dir",
                         n.data_dir,
                         "--peers",
-                        format_peers(self.peers),
+                        self._node_peers(nid),
                         *self.args,
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=log,
+                    env=self._node_env(nid),
                     start_new_session=True,  # Ctrl-C in a terminal reaches only the parent
                 )
 

@@ -79,13 +79,19 @@ def _complete_final_partitions(ops: Iterable[Op]) -> set[int]:
     }
 
 
-def lost_writes(ops: list[Op]) -> list[dict[str, Any]]:
+def _read_coverage(ops: list[Op]) -> tuple[set, dict[int, int], set[int]]:
+    """(values read, per partition the offset after the highest read, partitions a
+    final read covered completely): what an acknowledged value is judged against."""
     reads = _reads(ops)
     seen = {v for _, _, v, _ in reads}
     horizon: dict[int, int] = defaultdict(lambda: -1)
     for p, o, _, _ in reads:
         horizon[p] = max(horizon[p], o + 1)
-    complete = _complete_final_partitions(ops)
+    return seen, horizon, _complete_final_partitions(ops)
+
+
+def lost_writes(ops: list[Op]) -> list[dict[str, Any]]:
+    seen, horizon, complete = _read_coverage(ops)
     out = []
     for p, o, v, proc in _acks(ops):
         if v in seen:
@@ -106,12 +112,7 @@ def lost_writes(ops: list[Op]) -> list[dict[str, Any]]:
 
 def unverified_acks(ops: list[Op]) -> int:
     """Acknowledged values whose offsets no read reached (not an anomaly: no evidence)."""
-    reads = _reads(ops)
-    seen = {v for _, _, v, _ in reads}
-    horizon: dict[int, int] = defaultdict(lambda: -1)
-    for p, o, _, _ in reads:
-        horizon[p] = max(horizon[p], o + 1)
-    complete = _complete_final_partitions(ops)
+    seen, horizon, complete = _read_coverage(ops)
     return sum(
         1 for p, o, v, _ in _acks(ops) if v not in seen and o >= horizon[p] and p not in complete
     )

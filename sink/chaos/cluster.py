@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 
 from raftlog.local_cluster import free_ports
 from sink.chaos.node import STALL_ENV
@@ -83,33 +81,19 @@ class ChaosCluster(LocalSinkCluster):
     def start(self, i: int | None = None) -> None:
         if self.proxy is None:
             self.start_proxy()
+        super().start(i)
         for n in [self.nodes[i]] if i else self.nodes.values():
-            nid = n.peer.id
-            os.makedirs(n.data_dir, exist_ok=True)
-            env = dict(os.environ)
-            env[STALL_ENV] = self.stall_file(nid)
-            with open(n.log_path, "ab") as log:
-                n.proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "sink.chaos.node",
-                        "serve",
-                        "--node-id",
-                        str(nid),
-                        "--data-dir",
-                        n.data_dir,
-                        "--peers",
-                        self.node_peers(nid),
-                        *self.args,
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                    env=env,
-                    start_new_session=True,
-                )
-            self.gen[nid] += 1
-            self.paused.discard(nid)
+            self.gen[n.peer.id] += 1
+            self.paused.discard(n.peer.id)
+
+    # Nodes run through the disk-stall wrapper and reach each other via the proxy.
+    node_module = "sink.chaos.node"
+
+    def _node_peers(self, node_id: int) -> str:
+        return self.node_peers(node_id)
+
+    def _node_env(self, node_id: int) -> dict[str, str]:
+        return {**os.environ, STALL_ENV: self.stall_file(node_id)}
 
     def kill(self, i: int) -> None:
         super().kill(i)
