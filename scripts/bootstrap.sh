@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv inside the repo and installs raftsink with its dev extras.
 # Idempotent and fast when warm: the install is skipped while pyproject.toml is
-# unchanged since the last successful install (stamp file in .venv).
+# unchanged since the last successful install (stamp file in .venv), as are setup.py
+# and the C source it compiles.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -32,7 +33,10 @@ if [ ! -x "$VENV/bin/python" ]; then
     fi
 fi
 
-want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+# Inputs of the install: the dependency list and the compiled module (setup.py builds
+# connectors/spark/_v2records.c in place; an edit to it needs a rebuild).
+want="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/connectors/spark/_v2records.c" |
+    sha256sum | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
     echo "bootstrap: installing raftsink and dependencies (first run builds pyspark, ~1-2 min)" >&2
     "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2

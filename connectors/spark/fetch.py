@@ -30,8 +30,10 @@ from sink.read_api import ERR_NONE, ERR_OFFSET_OUT_OF_RANGE, ERR_UNKNOWN_TOPIC_O
 
 log = logging.getLogger("connectors.spark")
 
-# Emit an Arrow batch once this many rows are pending (bounds worker memory per batch).
+# Emit an Arrow batch once this many rows or key/value bytes are pending (bounds worker memory
+# per batch, and keeps binary columns far below Arrow's 2 GiB int32-offset limit).
 CHUNK_ROWS = 32_768
+CHUNK_BYTES = 64 * 1024 * 1024
 
 
 def data_loss_message(topic: str, partition: int, needed: int, log_start: int) -> str:
@@ -118,7 +120,7 @@ def read_range(
         if served:
             delay = 0.02
             deadline = time.monotonic() + cluster.retry_timeout_s
-            if dec.pending >= CHUNK_ROWS:
+            if dec.pending >= CHUNK_ROWS or dec.pending_bytes >= CHUNK_BYTES:
                 yield dec.flush()  # type: ignore[misc]
             continue
         if lost_to > dec.next_offset:
