@@ -18,6 +18,7 @@ import struct
 from collections.abc import Iterable
 from itertools import pairwise
 from operator import attrgetter
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +46,18 @@ _KEY, _VALUE, _TIMESTAMP, _HEADERS, _OFFSET = (
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _CODEC_MASK, _LOG_APPEND_TIME, _CONTROL = 0x07, 0x08, 0x20
 _DECOMPRESS = {1: gzip_decode, 2: snappy_decode, 3: lz4_decode, 4: zstd_decode}
+
+
+class _Batch(NamedTuple):
+    """One RecordBatch v2 as the record decoders see it (header fields already parsed)."""
+
+    data: bytes | memoryview  # the whole batch
+    records: bytes | memoryview  # its records section, decompressed
+    count: int
+    base: int
+    first_ts: int
+    max_ts: int
+    ts_type: int  # 0 CreateTime, 1 LogAppendTime (every record then has max_ts)
 
 
 class RangeDecoder:
@@ -117,9 +130,8 @@ class RangeDecoder:
                 raise ValueError(f"record batch at offset {base}: unknown codec {codec}")
             records = _DECOMPRESS[codec](records.tobytes())
         ts_type = 1 if attrs & _LOG_APPEND_TIME else 0
-        kept = self._records.add(
-            data, records, count, base, first_ts, max_ts, ts_type, self.next_offset, self.end
-        )
+        batch = _Batch(data, records, count, base, first_ts, max_ts, ts_type)
+        kept = self._records.add(batch, self.next_offset, self.end)
         if kept:
             self._ts_types.append((ts_type, kept))
         # The batch covers offsets up to `last`; gaps inside it (compaction) hold no records.
@@ -165,19 +177,18 @@ class _NativeRecords:
     def nbytes(self) -> int:
         return self._acc.nbytes
 
-    def add(
-        self,
-        data: bytes | memoryview,
-        records: bytes | memoryview,
-        count: int,
-        base: int,
-        first_ts: int,
-        max_ts: int,
-        ts_type: int,
-        lo: int,
-        hi: int,
-    ) -> int:
-        return self._acc.add(records, count, base, first_ts, max_ts, ts_type == 1, lo, hi)
+    def add(self, batch: _Batch, lo: int, hi: int) -> int:
+        """Keep the batch's records with offsets in [lo, hi); returns how many were kept."""
+        return self._acc.add(
+            batch.records,
+            batch.count,
+            batch.base,
+            batch.first_ts,
+            batch.max_ts,
+            batch.ts_type == 1,
+            lo,
+            hi,
+        )
 
     def take(self, schema: pa.Schema) -> list[pa.Array]:
         n, offsets, timestamps, keys, values, headers = self._acc.take()
@@ -245,29 +256,20 @@ class _ObjectRecords:
         self.headers: list[list[tuple[str, bytes | None]] | None] = []
         self.any_headers = False
 
-    def add(
-        self,
-        data: bytes | memoryview,
-        records: bytes | memoryview,
-        count: int,
-        base: int,
-        first_ts: int,
-        max_ts: int,
-        ts_type: int,
-        lo: int,
-        hi: int,
-    ) -> int:
+    def add(self, batch: _Batch, lo: int, hi: int) -> int:
+        """Keep the batch's records with offsets in [lo, hi); returns how many were kept."""
         # Decoding allocates several objects per record, all acyclic; the cyclic GC passes this
         # triggers cost about half the decode time, so they wait until the batch is done.
         enabled = gc.isenabled()
         gc.disable()
         try:
-            recs = list(DefaultRecordBatch(data))
+            recs = list(DefaultRecordBatch(batch.data))
         except Exception as exc:  # aiokafka's CorruptRecordException and friends
-            raise ValueError(f"corrupt record batch at offset {base}: {exc}") from exc
+            raise ValueError(f"corrupt record batch at offset {batch.base}: {exc}") from exc
         finally:
             if enabled:
                 gc.enable()
+        base, count = batch.base, batch.count
         if len(recs) == count and recs and recs[-1].offset - base == count - 1:
             # Dense batch (the normal case: one offset per record): slice by offset arithmetic.
             a = max(0, lo - base)
