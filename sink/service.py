@@ -118,6 +118,11 @@ class SinkService:
         everything committed before, so its high watermark never regresses."""
         return self.node.is_leader() and self.fsm.leader_term == self.node.core.term
 
+    def applied_all_committed(self) -> bool:
+        """Everything this node knows to be committed is applied (its high watermarks are the
+        cluster's, when it is a ready leader)."""
+        return self.node.applied >= self.node.core.log.committed
+
     def leader_id(self) -> int:
         """Raft leader as a Kafka broker id, -1 if none is known."""
         lead = self.node.leader_id

@@ -114,6 +114,17 @@ async def _wait_topic(cluster: ChaosCluster, topic: str, partitions: int) -> Non
     raise TimeoutError(f"topic {topic} was not created on every node")
 
 
+def reader_outcomes(ops: list, readers: list[str], ends: dict | None) -> dict[str, bool]:
+    """Whether each live reader read to the final ends. A reader that never reported (its
+    thread died, or it hung) counts as not caught up: silence is not success. Without final
+    ends (no linearizable high watermark) nobody was asked to catch up."""
+    out = {op["process"]: op["type"] == "ok" for op in ops if op["f"] == "caught_up"}
+    if ends:
+        for proc in readers:
+            out.setdefault(proc, False)
+    return out
+
+
 async def _final_ends(cluster: ChaosCluster, clients, topic: str) -> dict[int, int] | None:
     """The committed high watermarks: a linearizable Partitions on the leader."""
     deadline = time.monotonic() + 60
@@ -162,6 +173,7 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         for t in (*producers, *consumers, kafka_hw):
             t.start()
         reader_results: dict[str, Any] = {}
+        worker_crashes: dict[str, str] = {}
         readers = [
             asyncio.create_task(
                 read_api_reader(
@@ -215,6 +227,7 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         for t in producers:
             await asyncio.to_thread(t.join, 150)
         history.record("info", "phase", "campaign", value="producers stopped")
+        final_kafka: KafkaConsumerWorker | None = None
         ends = await _final_ends(cluster, clients, opts.topic)
         if ends is None:
             notes.append("no linearizable high watermark after healing: final reads skipped")
@@ -244,7 +257,9 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         for t in consumers:
             await asyncio.to_thread(t.join, opts.drain_timeout_s + 10)
         ctl.hard_stop.set()
-        await asyncio.gather(*readers, return_exceptions=True)
+        for k, r in enumerate(await asyncio.gather(*readers, return_exceptions=True)):
+            if isinstance(r, Exception):
+                worker_crashes[f"read-api-{k}"] = f"{type(r).__name__}: {r}"
         watch_stop.set()
         kafka_hw.stop.set()
         await asyncio.to_thread(kafka_hw.join, 10)
@@ -259,7 +274,13 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
     history.save(os.path.join(out_dir, "history.jsonl.gz"))
     anomalies = checkers.check_all(ops)
     stats = checkers.stats(ops)
-    caught_up = {op["process"]: op["type"] == "ok" for op in ops if op["f"] == "caught_up"}
+    caught_up = reader_outcomes(
+        ops, [t.proc for t in consumers] + [f"read-api-{k}" for k in range(len(readers))], ends
+    )
+    workers = [*producers, *consumers, kafka_hw]
+    if final_kafka is not None:
+        workers.append(final_kafka)
+    worker_crashes.update({t.proc: t.crash for t in workers if t.crash})
     finals = {
         op["process"]: op.get("complete", False)
         for op in ops
@@ -283,6 +304,7 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         caught_up=caught_up,
         final_reads=finals,
         crashes=crashes,
+        worker_crashes=worker_crashes,
         fatal_producer_errors={t.proc: t.fatal for t in producers if t.fatal},
         unflushed={t.proc: t.unflushed for t in producers},
         client_errors=client_errors,

@@ -30,6 +30,8 @@ def build(**kw: Any) -> dict[str, Any]:
     liveness = []
     if kw["crashes"]:
         liveness.append(f"{len(kw['crashes'])} node crash(es)")
+    for proc, err in sorted(kw.get("worker_crashes", {}).items()):
+        liveness.append(f"{proc} crashed ({err})")
     for proc, ok in kw["caught_up"].items():
         if not ok:
             liveness.append(f"{proc} did not read to the end")

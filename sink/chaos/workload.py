@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import threading
 import time
@@ -38,6 +39,30 @@ from sink.chaos.history import History
 # librdkafka logs every refused connection at level 3; the campaign counts
 # client errors itself (error_cb, message errors), so only critical ones print.
 RDKAFKA_LOG_LEVEL = 2
+
+log = logging.getLogger("sink.chaos")
+
+
+class Worker(threading.Thread):
+    """A workload thread. An exception escaping work() is a finding, not a silent stop: it is
+    kept in `crash`, recorded in the history, and the campaign reports it (a worker that died
+    early would otherwise only show as fewer records read)."""
+
+    def __init__(self, proc: str, history: History) -> None:
+        super().__init__(name=proc, daemon=True)
+        self.proc, self.history = proc, history
+        self.crash: str | None = None
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except Exception as exc:
+            self.crash = f"{type(exc).__name__}: {exc}"
+            self.history.record("info", "worker_crash", self.proc, error=self.crash)
+            log.error("%s crashed", self.proc, exc_info=True)
+
+    def work(self) -> None:
+        raise NotImplementedError
 
 
 @dataclass
@@ -63,7 +88,7 @@ def decode_batches(batches, position: int) -> list[list]:
     return out
 
 
-class ProducerWorker(threading.Thread):
+class ProducerWorker(Worker):
     def __init__(
         self,
         k: int,
@@ -76,10 +101,9 @@ class ProducerWorker(threading.Thread):
         ctl: Control,
         max_inflight: int = 2000,
     ) -> None:
-        super().__init__(name=f"producer-{k}", daemon=True)
-        self.proc = f"producer-{k}"
+        super().__init__(f"producer-{k}", history)
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
-        self.rate, self.history, self.ctl = rate, history, ctl
+        self.rate, self.ctl = rate, ctl
         self.rng = random.Random(f"producer-{seed}-{k}")
         self.max_inflight = max_inflight
         self.errors: Counter[str] = Counter()
@@ -136,7 +160,7 @@ class ProducerWorker(threading.Thread):
 
         return on_delivery
 
-    def run(self) -> None:
+    def work(self) -> None:
         producer = self._new_producer()
         seq = 0
         interval = 1.0 / self.rate
@@ -175,7 +199,7 @@ class ProducerWorker(threading.Thread):
         self.unflushed = len(producer)
 
 
-class KafkaConsumerWorker(threading.Thread):
+class KafkaConsumerWorker(Worker):
     def __init__(
         self,
         k: int,
@@ -187,16 +211,30 @@ class KafkaConsumerWorker(threading.Thread):
         process: str | None = None,
         as_final: bool = False,
     ) -> None:
-        self.proc = process or f"kafka-consumer-{k}"
-        super().__init__(name=self.proc, daemon=True)
+        super().__init__(process or f"kafka-consumer-{k}", history)
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
-        self.history, self.ctl = history, ctl
+        self.ctl = ctl
         self.as_final = as_final
         self.errors: Counter[str] = Counter()
         self.caught_up = False
         self.final_records: list[list] = []
 
-    def run(self) -> None:
+    def _resume_at(self, c: Consumer, p: int, pos: dict[int, int]) -> None:
+        """Fetch partition p again from pos[p] after an offset reset error. seek() refuses a
+        partition in the error state (_STATE, seen in campaigns); assign() of every partition
+        at its position always works. Each move is recorded as a seek."""
+        try:
+            c.seek(TopicPartition(self.topic, p, pos[p]))
+            moved = [p]
+        except KafkaException as exc:
+            self.errors[f"seek:{exc.args[0].name() if exc.args else 'error'}"] += 1
+            c.assign([TopicPartition(self.topic, q, o) for q, o in pos.items()])
+            moved = list(pos)
+        if not self.as_final:
+            for q in moved:
+                self.history.record("ok", "seek", self.proc, partition=q, offset=pos[q])
+
+    def work(self) -> None:
         c = Consumer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -242,11 +280,7 @@ class KafkaConsumerWorker(threading.Thread):
                             self.history.record(
                                 "fail", "poll", self.proc, source="kafka", error=str(err)
                             )
-                            c.seek(TopicPartition(self.topic, p, pos[p]))
-                            if not self.as_final:
-                                self.history.record(
-                                    "ok", "seek", self.proc, partition=p, offset=pos[p]
-                                )
+                            self._resume_at(c, p, pos)
                         elif now - last_error_record > 1.0:
                             last_error_record = now
                             self.history.record(
@@ -406,12 +440,12 @@ async def hw_watcher(
             await asyncio.wait_for(stop.wait(), period)
 
 
-class KafkaHwWatcher(threading.Thread):
+class KafkaHwWatcher(Worker):
     """ListOffsets (latest) through a real client, every partition, in a loop."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, history: History) -> None:
-        super().__init__(name="kafka-hw", daemon=True)
-        self.topic, self.partitions, self.history = topic, partitions, history
+        super().__init__("kafka-hw", history)
+        self.topic, self.partitions = topic, partitions
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -425,7 +459,7 @@ class KafkaHwWatcher(threading.Thread):
         self.stop = threading.Event()
         self.errors: Counter[str] = Counter()
 
-    def run(self) -> None:
+    def work(self) -> None:
         try:
             while not self.stop.is_set():
                 for p in range(self.partitions):

@@ -3,7 +3,9 @@
 Only applied (committed) data is served. A leader serves only after
 on_leader_start of its current term (an own-term entry applied), so its high
 watermark is at least every earlier leader's; followers serve their applied
-data. Fetch honours max_wait/min_bytes with a wake-up on newly applied
+data, and above their high watermark send the client to the leader (see
+_beyond_high_watermark: OFFSET_OUT_OF_RANGE only where the offset surely does not exist). Fetch
+honours max_wait/min_bytes with a wake-up on newly applied
 records, declines fetch sessions (session_id 0), returns whole batches from
 the one containing fetch_offset, and at least one batch even above
 partition_max_bytes (KIP-74).
@@ -32,6 +34,25 @@ def _serving_error(ctx: HandlerContext) -> int:
     return E.NONE
 
 
+def _beyond_high_watermark(ctx: HandlerContext) -> int:
+    """The answer to a Fetch above this node's high watermark (NONE: an empty, waiting answer).
+
+    OFFSET_OUT_OF_RANGE makes a consumer reset its position (to earliest or latest: re-reading
+    or skipping records), so only a node that knows the offset does not exist may say it: a
+    ready leader that has applied everything committed. A follower (or a node cut off from the
+    leader) may simply lag the cluster: the offset can exist, committed by the leader and even
+    read by this consumer elsewhere. It answers NOT_LEADER_OR_FOLLOWER, as Kafka's followers do,
+    and the client refreshes Metadata and fetches from the leader. A ready leader whose apply
+    lags its commit index answers empty; the long poll wakes when the records are applied.
+    """
+    svc = ctx.service
+    if not svc.leader_ready():
+        return E.NOT_LEADER_OR_FOLLOWER
+    if not svc.applied_all_committed():
+        return E.NONE
+    return E.OFFSET_OUT_OF_RANGE
+
+
 def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
     fsm = ctx.fsm
     budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
@@ -54,6 +75,17 @@ def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
                 parts.append(FetchPartition(idx, serving, -1, -1, (), 0))
                 any_error = True
                 continue
+            if fp.fetch_offset > hw:
+                err = _beyond_high_watermark(ctx)
+                if err == E.NONE:
+                    parts.append(FetchPartition(idx, E.NONE, hw, start, (), 0))
+                elif err == E.OFFSET_OUT_OF_RANGE:
+                    parts.append(FetchPartition(idx, err, hw, start, (), 0))
+                    any_error = True
+                else:
+                    parts.append(FetchPartition(idx, err, -1, -1, (), 0))
+                    any_error = True
+                continue
             pieces: list = []
             size = 0
             if total < budget or total == 0:
@@ -70,7 +102,7 @@ def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
                     pieces.append(prefix)
                     pieces.append(rest)
                     size += len(prefix) + len(rest)
-            elif not start <= fp.fetch_offset <= hw:
+            elif fp.fetch_offset < start:
                 parts.append(FetchPartition(idx, E.OFFSET_OUT_OF_RANGE, hw, start, (), 0))
                 any_error = True
                 continue
