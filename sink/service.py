@@ -128,6 +128,22 @@ class SinkService:
         lead = self.node.leader_id
         return lead if lead in self.brokers else -1
 
+    def leader_hint(self) -> int:
+        """Where Kafka clients should send partition traffic: the leader; while
+        leaderless, the last leader known (or, if that was this node, another
+        node); -1 only before any leader was known. A stale hint costs a client
+        one NOT_LEADER_OR_FOLLOWER and a Metadata refresh at a node that knows
+        better. Answering -1 kept librdkafka, which only asks brokers it is
+        connected to, stuck on an isolated node until the partition healed."""
+        lead = self.leader_id()
+        if lead >= 0:
+            return lead
+        last = self.node.last_leader_id
+        if last == self.node_id:
+            others = sorted(b for b in self.brokers if b != self.node_id)
+            return others[0] if others else -1
+        return last if last in self.brokers else -1
+
     def leader_epoch(self) -> int:
         return self.node.core.term
 

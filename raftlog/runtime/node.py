@@ -123,6 +123,9 @@ class RaftNode:
         self._stopped = False
         self._fatal: BaseException | None = None
         self.leader_id = 0
+        # The last leader this node knew (0: none yet); kept while leaderless so
+        # clients can be pointed somewhere better than nowhere.
+        self.last_leader_id = 0
         self.role = Role.FOLLOWER
         self.applied = 0
         self._leader_started_term = 0
@@ -633,6 +636,8 @@ class RaftNode:
             self.stats.leader_changes += 1
             log.info("raft.leader node=%d leader=%d term=%d", self.id, ss.lead, self.core.term)
         self.leader_id, self.role = ss.lead, ss.role
+        if ss.lead:
+            self.last_leader_id = ss.lead
         if was_leader and ss.role is not Role.LEADER:
             self._fail_waiters(LeaderChangedError("leadership lost; outcome unknown"))
             self._leader_started_term = 0

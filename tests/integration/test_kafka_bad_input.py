@@ -3,17 +3,14 @@ keeps serving (a produce afterwards succeeds and earlier data is intact)."""
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 import time
 
 import pytest
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
 
 from sink.kafka import KafkaLimits
-from sink.kafka.build import build
+from tests.helpers.kafka_wire import encode_request, read_response
 from tests.helpers.sink_cluster import SinkCluster
 from tests.unit.sink.batches import make_batch
 
@@ -36,46 +33,6 @@ def cluster(tmp_path_factory):
 def connect(cluster) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", cluster.ports[1]), timeout=5)
     return s
-
-
-def encode_request(api_key: int, version: int, corr: int, values: dict) -> bytes:
-    cls = load_request_schema(api_key, version)
-    buf = io.BytesIO()
-    hdr = cls.__header_schema__
-    entity_writer(hdr)(
-        buf,
-        build(
-            hdr,
-            {
-                "request_api_key": api_key,
-                "request_api_version": version,
-                "correlation_id": corr,
-                "client_id": "t",
-            },
-        ),
-    )
-    entity_writer(cls)(buf, build(cls, values))
-    body = buf.getvalue()
-    return struct.pack(">i", len(body)) + body
-
-
-def recv_exact(s: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return out
-
-
-def read_response(s: socket.socket, api_key: int, version: int):
-    (size,) = struct.unpack(">i", recv_exact(s, 4))
-    frame = recv_exact(s, size)
-    cls = load_response_schema(api_key, version)
-    hdr, n = entity_reader(cls.__header_schema__)(frame, 0)
-    resp, _ = entity_reader(cls)(frame, n)
-    return hdr, resp
 
 
 def assert_closed(s: socket.socket, timeout: float = 5.0) -> None:

@@ -56,7 +56,7 @@ def _topic_entry(ctx: HandlerContext, name: str, error: int) -> dict[str, Any]:
             "is_internal": False,
             "partitions": [],
         }
-    leader = ctx.leader_id()
+    leader = ctx.leader_hint()  # while leaderless: the best guess, not -1
     epoch = svc.leader_epoch()
     replicas = sorted(ctx.brokers)
     return {

@@ -44,6 +44,11 @@ class HandlerContext:
         lead = self.service.leader_id()
         return lead if lead in self.advertised.brokers else -1
 
+    def leader_hint(self) -> int:
+        """SinkService.leader_hint as a broker id of this listener (-1: none)."""
+        hint = self.service.leader_hint()
+        return hint if hint in self.advertised.brokers else -1
+
     def leader_endpoint(self) -> tuple[int, str, int] | None:
         """(id, host, port) of the leader as this listener's clients reach it."""
         lead = self.leader_id()

@@ -1,0 +1,60 @@
+"""Raw Kafka requests for tests that need one exact request to one exact node."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from sink.kafka.build import build
+
+
+def encode_request(api_key: int, version: int, corr: int, values: dict) -> bytes:
+    cls = load_request_schema(api_key, version)
+    buf = io.BytesIO()
+    hdr = cls.__header_schema__
+    entity_writer(hdr)(
+        buf,
+        build(
+            hdr,
+            {
+                "request_api_key": api_key,
+                "request_api_version": version,
+                "correlation_id": corr,
+                "client_id": "t",
+            },
+        ),
+    )
+    entity_writer(cls)(buf, build(cls, values))
+    body = buf.getvalue()
+    return struct.pack(">i", len(body)) + body
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def read_response(s: socket.socket, api_key: int, version: int):
+    (size,) = struct.unpack(">i", recv_exact(s, 4))
+    frame = recv_exact(s, size)
+    cls = load_response_schema(api_key, version)
+    hdr, n = entity_reader(cls.__header_schema__)(frame, 0)
+    resp, _ = entity_reader(cls)(frame, n)
+    return hdr, resp
+
+
+def request(port: int, api_key: int, version: int, values: dict, corr: int = 1):
+    """One request on a fresh connection to 127.0.0.1:port; returns the response body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(encode_request(api_key, version, corr, values))
+        _hdr, resp = read_response(s, api_key, version)
+    return resp
