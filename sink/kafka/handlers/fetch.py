@@ -34,7 +34,7 @@ def _serving_error(ctx: HandlerContext) -> int:
     return E.NONE
 
 
-def _beyond_high_watermark(ctx: HandlerContext) -> int:
+def _beyond_high_watermark(ctx: HandlerContext, client_epoch: int) -> int:
     """The answer to a Fetch above this node's high watermark (NONE: an empty, waiting answer).
 
     OFFSET_OUT_OF_RANGE makes a consumer reset its position (to earliest or latest: re-reading
@@ -44,10 +44,19 @@ def _beyond_high_watermark(ctx: HandlerContext) -> int:
     read by this consumer elsewhere. It answers NOT_LEADER_OR_FOLLOWER, as Kafka's followers do,
     and the client refreshes Metadata and fetches from the leader. A ready leader whose apply
     lags its commit index answers empty; the long poll wakes when the records are applied.
+
+    A leader may be deposed without knowing it yet (cut off, until CheckQuorum steps it down).
+    A client that has seen a later leader epoch (Fetch v9+ current_leader_epoch, from Metadata)
+    may have read past this node's high watermark there, so that leader answers
+    UNKNOWN_LEADER_EPOCH ("not caught up on the latest metadata"); librdkafka refreshes
+    Metadata and retries. Only this answer checks the epoch: serving committed data below the
+    high watermark is correct on any replica in any term.
     """
     svc = ctx.service
     if not svc.leader_ready():
         return E.NOT_LEADER_OR_FOLLOWER
+    if client_epoch > svc.leader_epoch():
+        return E.UNKNOWN_LEADER_EPOCH
     if not svc.applied_all_committed():
         return E.NONE
     return E.OFFSET_OUT_OF_RANGE
@@ -76,7 +85,7 @@ def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
                 any_error = True
                 continue
             if fp.fetch_offset > hw:
-                err = _beyond_high_watermark(ctx)
+                err = _beyond_high_watermark(ctx, getattr(fp, "current_leader_epoch", -1))
                 if err == E.NONE:
                     parts.append(FetchPartition(idx, E.NONE, hw, start, (), 0))
                 elif err == E.OFFSET_OUT_OF_RANGE:

@@ -32,25 +32,31 @@ class FakeFsm:
         return [] if offset == HW else [(offset, b"p" * 16, memoryview(b"r" * 50))]
 
 
+TERM = 7
+
+
 def ctx(leader: bool, ready: bool = True, applied_all: bool = True) -> SimpleNamespace:
     svc = SimpleNamespace(
         fsm=FakeFsm(),
         is_leader=lambda: leader,
         leader_ready=lambda: leader and ready,
         applied_all_committed=lambda: applied_all,
+        leader_epoch=lambda: TERM,
     )
     return SimpleNamespace(service=svc, fsm=svc.fsm)
 
 
-def fetch(offset: int, max_bytes: int = 1 << 20) -> SimpleNamespace:
-    part = SimpleNamespace(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)
+def fetch(offset: int, max_bytes: int = 1 << 20, epoch: int = -1) -> SimpleNamespace:
+    part = SimpleNamespace(
+        partition=0, fetch_offset=offset, partition_max_bytes=1 << 20, current_leader_epoch=epoch
+    )
     return SimpleNamespace(
         max_bytes=max_bytes, topics=[SimpleNamespace(topic="t", partitions=[part])]
     )
 
 
-def answer(c: SimpleNamespace, offset: int, max_bytes: int = 1 << 20):
-    topics, _, any_error = _collect(c, fetch(offset, max_bytes))
+def answer(c: SimpleNamespace, offset: int, max_bytes: int = 1 << 20, epoch: int = -1):
+    topics, _, any_error = _collect(c, fetch(offset, max_bytes, epoch))
     ((_name, (part,)),) = topics
     return part, any_error
 
@@ -87,3 +93,21 @@ def test_fetch_within_range_is_served_by_any_replica(leader):
 def test_new_leader_not_ready_sends_clients_away():
     part, any_error = answer(ctx(True, ready=False), 50)
     assert part.error == E.NOT_LEADER_OR_FOLLOWER and any_error
+
+
+@pytest.mark.parametrize(
+    ("epoch", "error"),
+    [
+        (-1, E.OFFSET_OUT_OF_RANGE),  # no epoch sent (Fetch < v9, or unknown)
+        (TERM - 1, E.OFFSET_OUT_OF_RANGE),
+        (TERM, E.OFFSET_OUT_OF_RANGE),
+        # The client saw a later leader: this one may be deposed without knowing it, and the
+        # offset may exist there. Not an offset reset: refresh Metadata and retry.
+        (TERM + 1, E.UNKNOWN_LEADER_EPOCH),
+    ],
+)
+def test_leader_with_an_older_epoch_than_the_client_does_not_say_out_of_range(epoch, error):
+    part, any_error = answer(ctx(True), HW + 5, epoch=epoch)
+    assert part.error == error and any_error
+    part, _ = answer(ctx(True), 50, epoch=TERM + 1)  # committed data: served in any term
+    assert part.error == E.NONE and part.size == 66
