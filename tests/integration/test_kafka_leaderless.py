@@ -62,3 +62,78 @@ def test_isolated_follower_points_clients_at_the_last_leader(tmp_path):
     finally:
         cluster.net.heal()
         cluster.stop()
+
+
+FETCH = 1
+
+
+def fetch_raw(port: int, topic: str, offset: int, epoch: int = -1):
+    """One Fetch v12 for partition 0 of topic; returns that partition's response."""
+    resp = request(
+        port,
+        FETCH,
+        12,
+        {
+            "cluster_id": None,
+            "replica_id": -1,
+            "max_wait": 0,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": 0,
+                            "current_leader_epoch": epoch,
+                            "fetch_offset": offset,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        },
+    )
+    ((part,),) = [t.partitions for t in resp.responses]
+    return part
+
+
+def test_only_a_node_that_knows_says_offset_out_of_range(tmp_path):
+    """A lagging follower sends a consumer to the leader instead of making it reset."""
+    cluster = SinkCluster(str(tmp_path), default_partitions=1)
+    cluster.start()
+    try:
+        lead = cluster.leader_id()
+        follower = next(i for i in cluster.ids if i != lead)
+        p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 1})
+        for k in range(10):
+            p.produce("lag", value=b"a%d" % k, partition=0)
+        assert p.flush(30) == 0
+        fsm = cluster.nodes[follower].fsm
+        cluster.wait_for(lambda: fsm.high_watermark("lag", 0) == 10, what="follower at 10")
+        cluster.net.isolate(follower)
+        for k in range(10):
+            p.produce("lag", value=b"b%d" % k, partition=0)
+        assert p.flush(30) == 0  # the leader and the other follower commit 10..19
+        assert cluster.run(lambda: fsm.high_watermark("lag", 0)) == 10
+
+        behind = fetch_raw(cluster.ports[follower], "lag", 15)
+        assert int(behind.error_code) == 6  # NOT_LEADER_OR_FOLLOWER, not OFFSET_OUT_OF_RANGE
+        served = fetch_raw(cluster.ports[follower], "lag", 5)  # committed data it has
+        assert int(served.error_code) == 0 and served.high_watermark == 10 and served.records
+
+        term = cluster.run(lambda: cluster.nodes[lead].node.core.term)
+        assert int(fetch_raw(cluster.ports[lead], "lag", 25).error_code) == 1  # surely absent
+        assert int(fetch_raw(cluster.ports[lead], "lag", 25, epoch=term).error_code) == 1
+        # A client that saw a later leader epoch: this leader may be deposed; not a reset.
+        assert int(fetch_raw(cluster.ports[lead], "lag", 25, epoch=term + 1).error_code) == 76
+    finally:
+        cluster.net.heal()
+        cluster.stop()
