@@ -8,6 +8,9 @@ the last leader it knew; the client goes there.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -17,12 +20,21 @@ from tests.helpers.sink_cluster import SinkCluster
 METADATA = 3
 
 
-def test_isolated_follower_points_clients_at_the_last_leader(tmp_path):
-    cluster = SinkCluster(str(tmp_path), default_partitions=2)
+@contextlib.contextmanager
+def leader_and_follower(tmp_path, partitions: int) -> Iterator[tuple[SinkCluster, int, int]]:
+    """An in-process 3-node cluster, its leader and one follower; healed and stopped after."""
+    cluster = SinkCluster(str(tmp_path), default_partitions=partitions)
     cluster.start()
     try:
         lead = cluster.leader_id()
-        follower = next(i for i in cluster.ids if i != lead)
+        yield cluster, lead, next(i for i in cluster.ids if i != lead)
+    finally:
+        cluster.net.heal()
+        cluster.stop()
+
+
+def test_isolated_follower_points_clients_at_the_last_leader(tmp_path):
+    with leader_and_follower(tmp_path, 2) as (cluster, lead, follower):
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         admin.create_topics([NewTopic("cut", num_partitions=2, replication_factor=3)])[
             "cut"
@@ -59,9 +71,6 @@ def test_isolated_follower_points_clients_at_the_last_leader(tmp_path):
             p.produce("cut", value=b"v%d" % k, on_delivery=lambda e, m: e and errors.append(e))
         assert p.flush(30) == 0 and not errors, errors
         assert cluster.run(lambda: cluster.nodes[follower].node.leader_id) == 0  # still cut off
-    finally:
-        cluster.net.heal()
-        cluster.stop()
 
 
 FETCH = 1
@@ -107,11 +116,7 @@ def fetch_raw(port: int, topic: str, offset: int, epoch: int = -1):
 
 def test_only_a_node_that_knows_says_offset_out_of_range(tmp_path):
     """A lagging follower sends a consumer to the leader instead of making it reset."""
-    cluster = SinkCluster(str(tmp_path), default_partitions=1)
-    cluster.start()
-    try:
-        lead = cluster.leader_id()
-        follower = next(i for i in cluster.ids if i != lead)
+    with leader_and_follower(tmp_path, 1) as (cluster, lead, follower):
         p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 1})
         for k in range(10):
             p.produce("lag", value=b"a%d" % k, partition=0)
@@ -134,6 +139,3 @@ def test_only_a_node_that_knows_says_offset_out_of_range(tmp_path):
         assert int(fetch_raw(cluster.ports[lead], "lag", 25, epoch=term).error_code) == 1
         # A client that saw a later leader epoch: this leader may be deposed; not a reset.
         assert int(fetch_raw(cluster.ports[lead], "lag", 25, epoch=term + 1).error_code) == 76
-    finally:
-        cluster.net.heal()
-        cluster.stop()
