@@ -78,27 +78,31 @@ static void bincol_free(BinCol *c) {
     buf_free(&c->validity);
 }
 
-/* A mark to roll a column back to (a failed add() must leave no partial record behind). */
+/* Cuts a validity bitmap back to `rows` bits: its length follows from the row count, and bits
+ * of dropped rows in the last byte are cleared (bit_append only ever sets bits). */
+static void bits_truncate(Buf *bits, int64_t rows) {
+    bits->len = (size_t)((rows + 7) >> 3);
+    if (rows & 7) bits->p[bits->len - 1] &= (char)((1u << (rows & 7)) - 1u);
+}
+
+/* What a column needs to be rolled back (a failed add() must leave no partial record behind);
+ * the offsets' and validity's lengths follow from the row count. */
 typedef struct {
-    size_t offsets, data, validity;
+    size_t data;
     int64_t rows, nulls;
 } BinMark;
 
 static BinMark bincol_mark(const BinCol *c) {
-    BinMark m = {c->offsets.len, c->data.len, c->validity.len, c->rows, c->nulls};
+    BinMark m = {c->data.len, c->rows, c->nulls};
     return m;
 }
 
 static void bincol_rollback(BinCol *c, BinMark m) {
-    c->offsets.len = m.offsets;
     c->data.len = m.data;
-    c->validity.len = m.validity;
     c->rows = m.rows;
     c->nulls = m.nulls;
-    /* Bits past the kept rows in the last validity byte may be set: clear them. */
-    if (c->validity.len && (c->rows & 7)) {
-        c->validity.p[c->validity.len - 1] &= (char)((1u << (c->rows & 7)) - 1u);
-    }
+    c->offsets.len = (size_t)(m.rows + 1) * sizeof(int32_t);
+    bits_truncate(&c->validity, m.rows);
 }
 
 enum { OK = 0, E_NOMEM = 1, E_CORRUPT = 2, E_OVERFLOW = 3, E_ORDER = 4 };
@@ -295,9 +299,7 @@ static PyObject *Accumulator_add(Accumulator *self, PyObject *args, PyObject *kw
     x.data = view.buf;
     x.len = (size_t)view.len;
 
-    /* Marks to roll back to on error. */
-    size_t m_off = self->offsets.len, m_ts = self->timestamps.len;
-    size_t m_hlo = self->hlist_offsets.len, m_hlv = self->hlist_validity.len;
+    /* Marks to roll back to on error; every per-row buffer's length follows from the rows. */
     int64_t m_rows = self->rows, m_last = self->last_offset, m_hnulls = self->hlist_nulls;
     BinMark mk = bincol_mark(&self->keys), mv = bincol_mark(&self->values);
     BinMark mhk = bincol_mark(&self->hkeys), mhv = bincol_mark(&self->hvalues);
@@ -313,15 +315,13 @@ static PyObject *Accumulator_add(Accumulator *self, PyObject *args, PyObject *kw
     PyBuffer_Release(&view);
     if (rc == OK) return PyLong_FromLongLong(x.kept);
 
-    self->offsets.len = m_off;
-    self->timestamps.len = m_ts;
-    self->hlist_offsets.len = m_hlo;
-    self->hlist_validity.len = m_hlv;
     self->rows = m_rows;
     self->last_offset = m_last;
-    self->hlist_nulls = m_hnulls;
-    if (self->hlist_validity.len && (self->rows & 7)) {
-        self->hlist_validity.p[self->hlist_validity.len - 1] &= (char)((1u << (self->rows & 7)) - 1u);
+    self->offsets.len = self->timestamps.len = (size_t)m_rows * sizeof(int64_t);
+    if (self->include_headers) {
+        self->hlist_nulls = m_hnulls;
+        self->hlist_offsets.len = (size_t)(m_rows + 1) * sizeof(int32_t);
+        bits_truncate(&self->hlist_validity, m_rows);
     }
     bincol_rollback(&self->keys, mk);
     bincol_rollback(&self->values, mv);

@@ -24,6 +24,7 @@ from sink.chaos.cluster import ChaosCluster
 from sink.chaos.history import History
 from sink.chaos.nemesis import KINDS, Nemesis, ScheduleOptions, make_schedule, schedule_json
 from sink.chaos.workload import (
+    READER_PROCESS,
     Control,
     KafkaConsumerWorker,
     KafkaHwWatcher,
@@ -174,6 +175,7 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
             t.start()
         reader_results: dict[str, Any] = {}
         worker_crashes: dict[str, str] = {}
+        reader_procs = [READER_PROCESS.format(k) for k in range(opts.read_api_readers)]
         readers = [
             asyncio.create_task(
                 read_api_reader(
@@ -257,9 +259,11 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         for t in consumers:
             await asyncio.to_thread(t.join, opts.drain_timeout_s + 10)
         ctl.hard_stop.set()
-        for k, r in enumerate(await asyncio.gather(*readers, return_exceptions=True)):
+        for proc, r in zip(
+            reader_procs, await asyncio.gather(*readers, return_exceptions=True), strict=True
+        ):
             if isinstance(r, Exception):
-                worker_crashes[f"read-api-{k}"] = f"{type(r).__name__}: {r}"
+                worker_crashes[proc] = f"{type(r).__name__}: {r}"
         watch_stop.set()
         kafka_hw.stop.set()
         await asyncio.to_thread(kafka_hw.join, 10)
@@ -274,9 +278,7 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
     history.save(os.path.join(out_dir, "history.jsonl.gz"))
     anomalies = checkers.check_all(ops)
     stats = checkers.stats(ops)
-    caught_up = reader_outcomes(
-        ops, [t.proc for t in consumers] + [f"read-api-{k}" for k in range(len(readers))], ends
-    )
+    caught_up = reader_outcomes(ops, [t.proc for t in consumers] + reader_procs, ends)
     workers = [*producers, *consumers, kafka_hw]
     if final_kafka is not None:
         workers.append(final_kafka)

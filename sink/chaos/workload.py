@@ -42,6 +42,8 @@ RDKAFKA_LOG_LEVEL = 2
 
 log = logging.getLogger("sink.chaos")
 
+READER_PROCESS = "read-api-{}"  # the history's process name of read-API reader k
+
 
 class Worker(threading.Thread):
     """A workload thread. An exception escaping work() is a finding, not a silent stop: it is
@@ -331,7 +333,7 @@ async def read_api_reader(
     seed: int,
     result: dict,
 ) -> None:
-    proc = f"read-api-{k}"
+    proc = READER_PROCESS.format(k)
     rng = random.Random(f"reader-{seed}-{k}")
     pos = {p: 0 for p in range(partitions)}
     for p in pos:

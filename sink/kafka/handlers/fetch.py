@@ -86,14 +86,13 @@ def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
                 continue
             if fp.fetch_offset > hw:
                 err = _beyond_high_watermark(ctx, getattr(fp, "current_leader_epoch", -1))
-                if err == E.NONE:
-                    parts.append(FetchPartition(idx, E.NONE, hw, start, (), 0))
-                elif err == E.OFFSET_OUT_OF_RANGE:
-                    parts.append(FetchPartition(idx, err, hw, start, (), 0))
-                    any_error = True
-                else:
-                    parts.append(FetchPartition(idx, err, -1, -1, (), 0))
-                    any_error = True
+                # Only answers about this partition's log carry its offsets; "ask elsewhere"
+                # answers carry -1, like the serving errors above.
+                known = err in (E.NONE, E.OFFSET_OUT_OF_RANGE)
+                parts.append(
+                    FetchPartition(idx, err, hw if known else -1, start if known else -1, (), 0)
+                )
+                any_error = any_error or err != E.NONE
                 continue
             pieces: list = []
             size = 0

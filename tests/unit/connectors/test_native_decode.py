@@ -219,3 +219,22 @@ def test_mutated_batches_never_crash():
             rb.validate(full=True)
     print(outcomes)
     assert outcomes["error"] > 0
+
+
+def test_failed_add_after_kept_rows_rolls_back_to_them():
+    """A malformed batch after 3 kept records (not a whole validity byte, with headers and null
+    keys) leaves exactly those 3; the next good batch continues after them."""
+    first = build_batch(0, [Rec(None, b"a", T0, [("h", None)])] * 3)
+    bad = with_records(build_batch(3, [Rec(b"k", b"v", T0, [("h", b"x")])] * 3), REC[:-1])
+    good = build_batch(3, [Rec(b"k", None, T0, [])] * 2)
+    for native in (True, False):
+        dec = RangeDecoder("t", 0, 0, 5, native=native)
+        dec.add(first)
+        with pytest.raises(ValueError):
+            dec.add(bad)
+        assert dec.pending == 3
+        dec.add(good)
+        rb = dec.flush()
+        rb.validate(full=True)
+        expect = decode_range([first, good], "t", 0, 0, 5, native=False)
+        assert rb.equals(expect), native
