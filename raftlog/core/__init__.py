@@ -1,6 +1,6 @@
 """Pure Raft: no I/O, no clock, no threads, no randomness of its own.
 
-Drive a `RaftNode` with `step(msg)`, `tick()` and local requests, collect work
+Drive a `RawNode` with `step(msg)`, `tick()` and local requests, collect work
 with `ready()`, perform it in the order `Ready` documents, then `advance(rd)`.
 Stable entries are read through a `LogReader` the runtime implements over its
 storage; `MemoryStorage` is the in-memory reference used by tests and the
@@ -25,11 +25,11 @@ from raftlog.core.messages import (
     TimeoutNow,
 )
 from raftlog.core.node_state import (
-    NotLeaderError,
     ProposalDroppedError,
     RaftConfig,
-    RaftNode,
     RandomSource,
+    RawNode,
+    RawNotLeaderError,
 )
 from raftlog.core.progress import Inflights, Progress, ProgressState
 from raftlog.core.raft_log import RaftLog, RaftSafetyError
@@ -48,15 +48,15 @@ __all__ = [
     "MemoryStorage",
     "Message",
     "MsgType",
-    "NotLeaderError",
     "Progress",
     "ProgressState",
     "ProposalDroppedError",
     "RaftConfig",
     "RaftLog",
-    "RaftNode",
     "RaftSafetyError",
     "RandomSource",
+    "RawNode",
+    "RawNotLeaderError",
     "ReadIndex",
     "ReadIndexResponse",
     "ReadState",

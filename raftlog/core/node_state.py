@@ -1,6 +1,6 @@
 """The Raft state machine: roles, terms, votes, replication. No I/O, no clock.
 
-`RaftNode` is driven by three kinds of input: `step(message)`, `tick()` (one
+`RawNode` is driven by three kinds of input: `step(message)`, `tick()` (one
 logical clock unit; the runtime decides its length) and local requests
 (`propose`, `read_index`, `transfer_leader`, membership changes). None of them
 performs I/O; the resulting work is collected by `ready()` (see `Ready` for the
@@ -55,8 +55,12 @@ class RandomSource(Protocol):
     def randrange(self, start: int, stop: int) -> int: ...
 
 
-class NotLeaderError(Exception):
-    """The request needs the leader. `leader` is the known leader id (0: unknown)."""
+class RawNotLeaderError(Exception):
+    """The core refuses a leader-only request. `leader` is the known leader id (0: unknown).
+
+    Internal to raftlog: the runtime translates it into
+    `raftlog.runtime.NotLeaderError` (which carries the leader's address), the
+    only not-leader error applications see."""
 
     def __init__(self, leader: int) -> None:
         super().__init__(f"not the leader (leader hint: {leader or 'unknown'})")
@@ -69,25 +73,44 @@ class ProposalDroppedError(Exception):
 
 @dataclass(slots=True)
 class RaftConfig:
+    """Configuration of one `RawNode` (etcd's `Config`). The runtime builds it from
+    `raftlog.runtime.NodeOptions`; validated in `RawNode.__init__`."""
+
     id: int
+    """This node's id (>= 1); unique within the group."""
     peers: Sequence[int] = ()
     """Initial voters, used only when neither the snapshot nor the log has a config."""
     learners: Sequence[int] = ()
+    """Initial learners (non-voting replicas), under the same condition as peers."""
     election_tick: int = 10
     """T: followers campaign after a random timeout in [T, 2T) ticks."""
     heartbeat_tick: int = 1
+    """A leader sends heartbeats every this many ticks; must be < election_tick.
+    Heartbeats also carry the commit index to idle followers."""
     pre_vote: bool = True
+    """Run a pre-election (Raft thesis 9.6) before incrementing the term: a node
+    that cannot win (e.g. partitioned away) does not disrupt the leader by
+    forcing a term bump when it rejoins."""
     check_quorum: bool = True
+    """A leader steps down after election_tick ticks without hearing from a
+    quorum, and followers that heard from a live leader within election_tick
+    ignore votes (leader lease), so a deposed leader cannot serve stale reads."""
     max_msg_bytes: int = 1 << 20
     """Cap on the entry payload of one AppendEntries (at least one entry is sent)."""
     max_inflight_msgs: int = 256
+    """Pipelined AppendEntries per follower in replicate state before the leader
+    waits for acknowledgements (flow control; etcd's MaxInflightMsgs)."""
     max_inflight_bytes: int = 16 << 20
+    """As max_inflight_msgs, in entry payload bytes in flight per follower."""
     max_committed_bytes: int = 16 << 20
     """Cap on committed_entries per Ready."""
     snapshot_chunk_bytes: int = 1 << 20
+    """Bytes of snapshot data per InstallSnapshot message."""
     applied: int = 0
     """Index the state machine has already applied (e.g. its snapshot) on restart."""
     group_id: int = 0
+    """The Raft group this node belongs to; stamped on every message it sends,
+    so a transport shared by several groups can route (and reject) by group."""
 
 
 @dataclass(slots=True)
@@ -108,8 +131,10 @@ class _SnapRx:
     buf: bytearray
 
 
-class RaftNode:
-    """One Raft peer. See the module docstring and `Ready`."""
+class RawNode:
+    """One Raft peer, thread-unsafe and I/O-free (etcd's `RawNode`). See the module
+    docstring and `Ready`. Applications use `raftlog.runtime.RaftNode`, the asyncio
+    driver around it, and never this class directly."""
 
     def __init__(
         self,
@@ -802,7 +827,7 @@ class RaftNode:
         self, datas: Sequence[bytes], entry_type: EntryType = EntryType.DATA
     ) -> list[tuple[int, int]]:
         if self.role is not Role.LEADER:
-            raise NotLeaderError(self.lead)
+            raise RawNotLeaderError(self.lead)
         if self.lead_transferee:
             raise ProposalDroppedError(f"leadership transfer to {self.lead_transferee}")
         if entry_type is EntryType.CONFIG:
@@ -818,7 +843,7 @@ class RaftNode:
     def propose_membership(self, new: Membership) -> tuple[int, int]:
         """Propose a single-server membership change (see membership.py)."""
         if self.role is not Role.LEADER:
-            raise NotLeaderError(self.lead)
+            raise RawNotLeaderError(self.lead)
         if self.lead_transferee:
             raise ProposalDroppedError("leadership transfer in progress")
         if self.pending_conf_index > self.log.committed:
@@ -841,7 +866,7 @@ class RaftNode:
         elif self.lead:
             self._send(ReadIndex(src=self.id, dst=self.lead, term=0, context=context))
         else:
-            raise NotLeaderError(0)
+            raise RawNotLeaderError(0)
 
     def _leader_read(self, src: int, context: bytes) -> None:
         if self.log.term_at(self.log.committed) != self.term:
@@ -877,7 +902,7 @@ class RaftNode:
         """Hand leadership to `target` (a voter): catch it up, then TimeoutNow.
         Proposals are refused until it completes or an election timeout passes."""
         if self.role is not Role.LEADER:
-            raise NotLeaderError(self.lead)
+            raise RawNotLeaderError(self.lead)
         if target == self.id or target == self.lead_transferee:
             return
         if target not in self.membership.voters:
@@ -920,6 +945,6 @@ class RaftNode:
 
     def __repr__(self) -> str:
         return (
-            f"RaftNode(id={self.id}, {self.role.value}, term={self.term}, lead={self.lead}, "
+            f"RawNode(id={self.id}, {self.role.value}, term={self.term}, lead={self.lead}, "
             f"commit={self.log.committed}, last={self.log.last_index()})"
         )

@@ -162,7 +162,7 @@ class RaftNode:
             group_id=self.group_id,
         )
         reader = QueueLogReader(self.queue, self.snapshots)
-        self.core = core.RaftNode(cfg, reader, random.Random(self._seed), hard_state=hs)
+        self.core = core.RawNode(cfg, reader, random.Random(self._seed), hard_state=hs)
         await self.transport.start(self._on_messages)
         for coro, name in (
             (self._ticker(), "tick"),
@@ -234,7 +234,7 @@ class RaftNode:
         batch, self._proposals = self._proposals, []
         try:
             placed = self.core.propose_batch([d for d, _, _ in batch])
-        except core.NotLeaderError as exc:
+        except core.RawNotLeaderError as exc:
             err: Exception = NotLeaderError(exc.leader, self.peers.get(exc.leader))
         except core.ProposalDroppedError as exc:
             err = LeaderChangedError(f"proposal refused: {exc}")
@@ -260,7 +260,7 @@ class RaftNode:
         self._reads[ctx] = _Waiter(0, fut, deadline)
         try:
             self.core.read_index(ctx)
-        except core.NotLeaderError as exc:
+        except core.RawNotLeaderError as exc:
             del self._reads[ctx]
             raise NotLeaderError(exc.leader, self.peers.get(exc.leader)) from None
         self._wake.set()
@@ -276,7 +276,7 @@ class RaftNode:
         self._check_running()
         try:
             self.core.transfer_leader(target)
-        except core.NotLeaderError as exc:
+        except core.RawNotLeaderError as exc:
             raise NotLeaderError(exc.leader, self.peers.get(exc.leader)) from None
         self._wake.set()
         deadline = time.monotonic() + (timeout or self.options.proposal_timeout_s)
@@ -306,7 +306,7 @@ class RaftNode:
             self.transport.add_peer(node_id, address)
         try:
             index, term = getattr(self.core, op)(node_id)
-        except core.NotLeaderError as exc:
+        except core.RawNotLeaderError as exc:
             raise NotLeaderError(exc.leader, self.peers.get(exc.leader)) from None
         except core.ProposalDroppedError as exc:
             raise BusyError(f"membership change refused now: {exc}") from None

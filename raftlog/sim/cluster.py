@@ -31,10 +31,10 @@ from raftlog.core import (
     Membership,
     MemoryStorage,
     Message,
-    NotLeaderError,
     ProposalDroppedError,
     RaftConfig,
-    RaftNode,
+    RawNode,
+    RawNotLeaderError,
     Ready,
     Role,
 )
@@ -82,7 +82,7 @@ class SimNode:
     id: int
     cfg: RaftConfig
     storage: MemoryStorage = field(default_factory=MemoryStorage)
-    node: RaftNode | None = None
+    node: RawNode | None = None
     pending: Ready | None = None
     gen: int = 0
     """Incremented on crash so stale persist events are ignored."""
@@ -160,7 +160,7 @@ class SimCluster:
         else:
             sn.applied, sn.digest = snap.meta.index, b""
         cfg = replace(sn.cfg, applied=sn.applied)
-        sn.node = RaftNode(cfg, st, random.Random(self.rng.random()), st.hard_state)
+        sn.node = RawNode(cfg, st, random.Random(self.rng.random()), st.hard_state)
         sn.pending = None
         # first tick at a random phase so nodes' clocks are not aligned
         self.schedule(self.now + self.rng.randrange(1, TICK + 1), "tick", (sn.id, sn.gen))
@@ -309,7 +309,7 @@ class SimCluster:
         data = data if data is not None else f"v{self.proposed}".encode()
         try:
             idx = ld.node.propose(data)  # type: ignore[union-attr]
-        except (NotLeaderError, ProposalDroppedError):
+        except (RawNotLeaderError, ProposalDroppedError):
             return False
         self.log(f"PROPOSE {data!r} at {ld.id} -> {idx}")
         self.after_local_call(ld)
@@ -324,7 +324,7 @@ class SimCluster:
         ctx = f"r{self.reads}".encode()
         try:
             sn.node.read_index(ctx)  # type: ignore[union-attr]
-        except NotLeaderError:
+        except RawNotLeaderError:
             return
         self.check.on_read_request(ctx)
         self.after_local_call(sn)
@@ -377,7 +377,7 @@ class SimCluster:
         new = self.rng.choice(choices)
         try:
             node.propose_membership(new)
-        except (ProposalDroppedError, NotLeaderError):
+        except (ProposalDroppedError, RawNotLeaderError):
             return
         self.log(f"RECONFIG at {ld.id}: {m} -> {new}")
         self.after_local_call(ld)

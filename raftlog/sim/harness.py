@@ -1,4 +1,4 @@
-"""A synchronous, fully deterministic test network of `RaftNode`s.
+"""A synchronous, fully deterministic test network of `RawNode`s.
 
 Every node's Ready is processed immediately and completely (persist, send,
 apply, advance), so scenario tests can be written step by step like the Raft
@@ -19,7 +19,7 @@ from raftlog.core import (
     Message,
     MsgType,
     RaftConfig,
-    RaftNode,
+    RawNode,
     ReadState,
     Role,
 )
@@ -36,7 +36,7 @@ class Peer:
     id: int
     cfg: RaftConfig
     storage: MemoryStorage
-    node: RaftNode
+    node: RawNode
     applied: list[bytes] = field(default_factory=list)
     applied_index: int = 0
     read_states: list[ReadState] = field(default_factory=list)
@@ -96,11 +96,11 @@ class Cluster:
     def add_peer(self, i: int, peers: Iterable[int] = (), learners: Iterable[int] = ()) -> Peer:
         cfg = RaftConfig(id=i, peers=tuple(peers), learners=tuple(learners), **self.base_cfg)  # type: ignore[arg-type]
         st = MemoryStorage()
-        p = Peer(i, cfg, st, RaftNode(cfg, st, random.Random(self.rng.random())))
+        p = Peer(i, cfg, st, RawNode(cfg, st, random.Random(self.rng.random())))
         self.peers[i] = p
         return p
 
-    def node(self, i: int) -> RaftNode:
+    def node(self, i: int) -> RawNode:
         return self.peers[i].node
 
     # network ---------------------------------------------------------------
@@ -217,7 +217,7 @@ class Cluster:
         p.applied = [bytes.fromhex(x) for x in json.loads(st.snapshot.data or b"[]")]
         p.applied_index = st.snapshot.meta.index
         cfg = replace(p.cfg, applied=p.applied_index)
-        p.node = RaftNode(cfg, st, random.Random(self.rng.random()), st.hard_state)
+        p.node = RawNode(cfg, st, random.Random(self.rng.random()), st.hard_state)
         p.alive = True
 
     def compact(self, i: int, index: int | None = None) -> None:

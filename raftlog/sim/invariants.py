@@ -20,7 +20,7 @@ Each check is incremental so it can run after every step:
 
 from __future__ import annotations
 
-from raftlog.core import RaftNode, Role
+from raftlog.core import RawNode, Role
 from raftlog.entry import LogEntry
 
 
@@ -44,7 +44,7 @@ class Checker:
         raise InvariantViolation(msg)
 
     # per-event check of one node --------------------------------------------
-    def check_node(self, nid: int, node: RaftNode) -> None:
+    def check_node(self, nid: int, node: RawNode) -> None:
         log = node.log
         # election safety
         if node.role is Role.LEADER:
@@ -81,7 +81,7 @@ class Checker:
                 self.fail(f"log matching: {where} has {key} = {val}, elsewhere {seen}")
             pt = e.term
 
-    def _record_commits(self, nid: int, node: RaftNode, lo: int, hi: int) -> None:
+    def _record_commits(self, nid: int, node: RawNode, lo: int, hi: int) -> None:
         first = node.log.first_index()
         for i in range(max(lo + 1, first), hi + 1):
             t = node.log.term_at(i)
@@ -99,7 +99,7 @@ class Checker:
                 f"node {nid} has term {term} at committed index {index}, committed term is {seen}"
             )
 
-    def _check_leader_completeness(self, nid: int, node: RaftNode) -> None:
+    def _check_leader_completeness(self, nid: int, node: RawNode) -> None:
         log = node.log
         snap_index = log.first_index() - 1
         for i, t in self.committed.items():
@@ -113,7 +113,7 @@ class Checker:
                 )
 
     # restarts ----------------------------------------------------------------
-    def on_restart(self, nid: int, node: RaftNode) -> None:
+    def on_restart(self, nid: int, node: RawNode) -> None:
         c = node.log.committed
         if c > self.max_commit:
             self.fail(f"node {nid} restarted with commit {c} > any commit ever seen")

@@ -64,7 +64,7 @@ def test_checker_catches_reads_without_quorum_confirmation(monkeypatch):
     def read_without_confirmation(self, src, ctx):
         self._read_states.append(ReadState(self.log.committed, ctx))
 
-    monkeypatch.setattr(node_state.RaftNode, "_leader_read", read_without_confirmation)
+    monkeypatch.setattr(node_state.RawNode, "_leader_read", read_without_confirmation)
     with pytest.raises(SimFailure, match="read linearizability"):
         for seed in range(300):
             run_seed(seed)

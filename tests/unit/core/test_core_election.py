@@ -9,7 +9,7 @@ import pytest
 from raftlog.core import (
     MemoryStorage,
     RaftConfig,
-    RaftNode,
+    RawNode,
     RequestVote,
     RequestVoteResponse,
     Role,
@@ -18,15 +18,15 @@ from raftlog.entry import EntryType, HardState, LogEntry
 from raftlog.sim.harness import Cluster
 
 
-def new_node(i: int = 1, peers=(1, 2, 3), storage=None, hs=None, **kw) -> RaftNode:
+def new_node(i: int = 1, peers=(1, 2, 3), storage=None, hs=None, **kw) -> RawNode:
     st = storage or MemoryStorage()
-    return RaftNode(RaftConfig(id=i, peers=peers, **kw), st, random.Random(i), hs)
+    return RawNode(RaftConfig(id=i, peers=peers, **kw), st, random.Random(i), hs)
 
 
 def test_randomized_election_timeout_is_in_T_2T():
     seen = set()
     for seed in range(200):
-        n = RaftNode(RaftConfig(id=1, peers=(1, 2, 3)), MemoryStorage(), random.Random(seed))
+        n = RawNode(RaftConfig(id=1, peers=(1, 2, 3)), MemoryStorage(), random.Random(seed))
         seen.add(n.randomized_timeout)
     assert min(seen) == 10 and max(seen) == 19
 
@@ -108,7 +108,7 @@ def test_split_vote_eventually_resolves():
 
 def test_single_node_commits_only_after_its_own_persistence():
     st = MemoryStorage()
-    n = RaftNode(RaftConfig(id=1, peers=(1,)), st, random.Random(1))
+    n = RawNode(RaftConfig(id=1, peers=(1,)), st, random.Random(1))
     n.campaign()
     assert n.role is Role.LEADER
     n.propose(b"a")
@@ -135,7 +135,7 @@ def test_restart_keeps_term_and_vote():
 
 @pytest.mark.parametrize("pre_vote", [True, False])
 def test_removed_or_unknown_node_never_campaigns(pre_vote):
-    n = RaftNode(RaftConfig(id=9, pre_vote=pre_vote), MemoryStorage(), random.Random(1))
+    n = RawNode(RaftConfig(id=9, pre_vote=pre_vote), MemoryStorage(), random.Random(1))
     for _ in range(100):
         n.tick()
     assert n.role is Role.FOLLOWER and n.term == 0 and not n.ready().messages

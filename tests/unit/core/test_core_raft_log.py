@@ -14,7 +14,7 @@ from raftlog.core import (
     MemoryStorage,
     RaftConfig,
     RaftLog,
-    RaftNode,
+    RawNode,
 )
 from raftlog.core.quorum import VoteResult, committed_index, vote_result
 from raftlog.entry import EntryType, HardState, LogEntry
@@ -61,7 +61,7 @@ def test_follower_log_stays_a_prefix_of_the_leader_log_under_stale_reordered_app
     term = leader[-1].term
     storage = MemoryStorage()
     storage.set_hard_state(HardState(term, 0, 0))
-    n = RaftNode(RaftConfig(id=2, peers=(1, 2, 3)), storage, random.Random(0), storage.hard_state)
+    n = RawNode(RaftConfig(id=2, peers=(1, 2, 3)), storage, random.Random(0), storage.hard_state)
     acked = 0
     for prev, length in deliveries:
         prev = min(prev, len(leader))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftlog.core import MsgType, NotLeaderError, ProposalDroppedError, ReadState, Role
+from raftlog.core import MsgType, ProposalDroppedError, RawNotLeaderError, ReadState, Role
 from raftlog.sim.harness import Cluster
 
 
@@ -49,7 +49,7 @@ def test_follower_read_is_forwarded_to_the_leader():
     c.stabilize()
     assert c.peers[3].read_states == [ReadState(2, b"f")]
     c2 = Cluster((1, 2, 3))
-    with pytest.raises(NotLeaderError):
+    with pytest.raises(RawNotLeaderError):
         c2.node(2).read_index(b"x")  # no leader known
 
 
@@ -105,5 +105,5 @@ def test_transfer_to_self_or_non_voter_is_refused():
     c.node(1).transfer_leader(1)
     with pytest.raises(ValueError):
         c.node(1).transfer_leader(4)
-    with pytest.raises(NotLeaderError):
+    with pytest.raises(RawNotLeaderError):
         c.node(2).transfer_leader(3)

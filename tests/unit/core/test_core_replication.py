@@ -14,8 +14,8 @@ from raftlog.core import (
     MsgType,
     ProgressState,
     RaftConfig,
-    RaftNode,
     RaftSafetyError,
+    RawNode,
     Role,
 )
 from raftlog.entry import EntryType, HardState, LogEntry
@@ -26,15 +26,15 @@ def E(index: int, term: int, data: bytes = b"") -> LogEntry:
     return LogEntry(index, term, EntryType.DATA, data)
 
 
-def follower(entries=(), term=1, commit=0, i=2) -> tuple[RaftNode, MemoryStorage]:
+def follower(entries=(), term=1, commit=0, i=2) -> tuple[RawNode, MemoryStorage]:
     st = MemoryStorage()
     st.append(list(entries))
     st.set_hard_state(HardState(term, 0, commit))
-    n = RaftNode(RaftConfig(id=i, peers=(1, 2, 3)), st, random.Random(1), st.hard_state)
+    n = RawNode(RaftConfig(id=i, peers=(1, 2, 3)), st, random.Random(1), st.hard_state)
     return n, st
 
 
-def persist(n: RaftNode, st: MemoryStorage):
+def persist(n: RawNode, st: MemoryStorage):
     rd = n.ready()
     if rd.snapshot:
         st.apply_snapshot(rd.snapshot)
