@@ -83,7 +83,7 @@ class ReadApiService:
                     )
                 )
         return pb.PartitionsReply(
-            partitions=out, leader_id=self.node.leader_id, leader_epoch=self.node.core.term
+            partitions=out, leader_id=self.node.leader_id, leader_epoch=self.node.term
         )
 
     async def fetch(

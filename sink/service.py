@@ -116,12 +116,12 @@ class SinkService:
     def leader_ready(self) -> bool:
         """Leader whose own-term entry is applied: its applied state includes
         everything committed before, so its high watermark never regresses."""
-        return self.node.is_leader() and self.fsm.leader_term == self.node.core.term
+        return self.node.is_leader() and self.fsm.leader_term == self.node.term
 
     def applied_all_committed(self) -> bool:
         """Everything this node knows to be committed is applied (its high watermarks are the
         cluster's, when it is a ready leader)."""
-        return self.node.applied >= self.node.core.log.committed
+        return self.node.applied >= self.node.commit_index
 
     def leader_id(self) -> int:
         """Raft leader as a Kafka broker id, -1 if none is known."""
@@ -145,7 +145,7 @@ class SinkService:
         return last if last in self.brokers else -1
 
     def leader_epoch(self) -> int:
-        return self.node.core.term
+        return self.node.term
 
     def forward_endpoint(self) -> tuple[int, str, int] | None:
         """Where a follower forwards requests to the leader: its INTERNAL

@@ -43,7 +43,7 @@ from raftlog.runtime.log_adapter import QueueLogReader
 from raftlog.runtime.options import NodeOptions
 from raftlog.runtime.snapshots import SnapshotStore
 from raftlog.runtime.state_machine import ApplyResult, StateMachine
-from raftlog.storage import DiskQueue, LogStore
+from raftlog.storage import DiskQueue, LogRangeError, LogStore
 
 log = logging.getLogger("raftlog.runtime")
 
@@ -122,6 +122,8 @@ class RaftNode:
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
         self._fatal: BaseException | None = None
+        # Public, read-only for applications: leader_id (0: none known now),
+        # last_leader_id, role, applied (highest index given to on_apply).
         self.leader_id = 0
         # The last leader this node knew (0: none yet); kept while leaderless so
         # clients can be pointed somewhere better than nowhere.
@@ -158,6 +160,10 @@ class RaftNode:
             max_msg_bytes=opts.max_append_bytes,
             max_inflight_msgs=opts.max_inflight_msgs,
             max_inflight_bytes=opts.max_inflight_bytes,
+            pre_vote=opts.pre_vote,
+            check_quorum=opts.check_quorum,
+            max_committed_bytes=opts.max_committed_bytes,
+            snapshot_chunk_bytes=opts.snapshot_chunk_bytes,
             applied=self.applied,
             group_id=self.group_id,
         )
@@ -318,11 +324,57 @@ class RaftNode:
         await fut
         return index
 
+    # -------------------------------------------------- public read surface
+    # What applications read of a node. `core` (the RawNode) and `queue` (the
+    # DiskQueue) are internal: their invariants hold only on the node's own
+    # loops, and their shapes change with the runtime.
+
+    @property
+    def term(self) -> int:
+        """This node's current Raft term (0 before start). Only rises; sink uses it
+        as the Kafka leader epoch."""
+        core_ = getattr(self, "core", None)
+        return core_.term if core_ is not None else self._last_hs.term
+
+    @property
+    def commit_index(self) -> int:
+        """Highest log index this node knows to be committed (a follower learns it
+        from the leader, so it may lag the leader's). Invariant:
+        applied <= commit_index <= last log index."""
+        core_ = getattr(self, "core", None)
+        return core_.log.committed if core_ is not None else self._last_hs.commit
+
+    @property
+    def applied_index(self) -> int:
+        """Highest index handed to the state machine's on_apply (same as `applied`)."""
+        return self.applied
+
+    def first_index(self) -> int:
+        """First index still in the log (entries before it were compacted into a
+        snapshot). Valid after start()."""
+        return self.queue.first_index()
+
+    def read_committed(self, start: int, max_count: int, max_bytes: int) -> list[LogEntry]:
+        """Committed entries from `start` on: at most max_count entries and, past the
+        first, about max_bytes payload bytes. Never returns an entry above
+        max(commit_index, applied) (an applied entry was committed, even while a
+        restarted node has not relearned the commit index), so what it returns
+        can no longer change. Raises raftlog.storage.LogRangeError when start is
+        below first_index() (compacted) or above that bound. Valid after start();
+        call it on the node's loop."""
+        committed = max(self.commit_index, self.applied)
+        if start > committed:
+            raise LogRangeError(f"entry {start} is above the commit index {committed}")
+        return self.queue.read(start, min(max_count, committed - start + 1), max_bytes)
+
     def membership(self) -> dict[str, list[int]]:
+        """Current configuration: {"voters": [...], "learners": [...]} (node ids)."""
         m = self.core.membership
         return {"voters": sorted(m.voters), "learners": sorted(m.learners)}
 
     def is_leader(self) -> bool:
+        """This node is the leader of its group now (it may be deposed without
+        knowing yet; a read needing linearizability goes through read_index)."""
         return self.role is Role.LEADER
 
     def status(self) -> dict:

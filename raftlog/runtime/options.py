@@ -32,18 +32,46 @@ class NodeOptions:
     """Entries kept in the log behind a snapshot, for followers slightly behind."""
     commit_checkpoint_s: float = 1.0
     """How often the commit index checkpoint is persisted when it moved."""
+    pre_vote: bool = True
+    """Pre-election before a term bump (Raft thesis 9.6): a node that was cut off
+    cannot disrupt a healthy leader when it comes back."""
+    check_quorum: bool = True
+    """A leader steps down after election_ticks without a quorum, and followers
+    ignore votes while they hear from a live leader (leader lease)."""
+    max_committed_bytes: int = 16 << 20
+    """Committed entry bytes handed to the apply loop per Raft loop turn."""
+    snapshot_chunk_bytes: int = 1 << 20
+    """Snapshot bytes per InstallSnapshot message to a lagging follower."""
     storage: StorageOptions = field(default_factory=StorageOptions)
 
     def __post_init__(self) -> None:
-        if self.tick_ms <= 0 or self.election_ticks <= 1 or self.heartbeat_ticks <= 0:
-            raise ValueError(
-                "NodeOptions: tick_ms, election_ticks > 1, heartbeat_ticks must be positive"
-            )
+        # Each message names its field: sink.config maps NodeOptions.<field> to
+        # the configuration key the operator set.
+        for name in (
+            "tick_ms",
+            "heartbeat_ticks",
+            "max_pending_proposals",
+            "max_append_bytes",
+            "max_inflight_msgs",
+            "max_inflight_bytes",
+            "max_committed_bytes",
+            "snapshot_chunk_bytes",
+        ):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ValueError(f"NodeOptions.{name} must be positive, got {value}")
+        for name in ("proposal_timeout_s", "commit_checkpoint_s"):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ValueError(f"NodeOptions.{name} must be positive, got {value}")
+        if self.election_ticks <= 1:
+            raise ValueError(f"NodeOptions.election_ticks must be > 1, got {self.election_ticks}")
         if self.heartbeat_ticks >= self.election_ticks:
-            raise ValueError("NodeOptions: heartbeat_ticks must be below election_ticks")
-        if self.max_pending_proposals <= 0 or self.proposal_timeout_s <= 0:
             raise ValueError(
-                "NodeOptions: max_pending_proposals and proposal_timeout_s must be positive"
+                f"NodeOptions.heartbeat_ticks must be below election_ticks ({self.election_ticks})"
+                f", got {self.heartbeat_ticks}"
             )
-        if self.snapshot_every_entries < 0 or self.snapshot_keep_entries < 0:
-            raise ValueError("NodeOptions: snapshot settings must be >= 0")
+        for name in ("snapshot_every_entries", "snapshot_keep_entries"):
+            value = getattr(self, name)
+            if value < 0:
+                raise ValueError(f"NodeOptions.{name} must be >= 0, got {value}")
