@@ -21,34 +21,12 @@ import tempfile
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from sink.config import ConfigError, load_config
-    from sink.server import run_on_event_loop, serve
+    from sink.config import ConfigError, flag_overrides, load_config
+    from sink.node import run_on_event_loop, serve
 
-    overrides = {
-        "node_id": args.node_id,
-        "data_dir": args.data_dir,
-        "peers": args.peers,
-        "raft_listen": args.raft_listen,
-        "kafka_listen": args.kafka_listen,
-        "read_api_listen": args.read_api_listen,
-        "metrics_listen": args.metrics_listen,
-        "kafka_external_listen": args.kafka_external_listen,
-        "external_kafka": args.external_kafka,
-        "cluster_id": args.cluster_id,
-        "default_partitions": args.default_partitions,
-        "auto_create_topics": False if args.no_auto_create_topics else None,
-        "tick_ms": args.tick_ms,
-        "election_ticks": args.election_ticks,
-        "max_frame_bytes": args.max_frame_bytes,
-        "write_caching": True if args.write_caching else None,
-        "snapshot_every_entries": args.snapshot_every_entries,
-        "retention_max_entries": args.retention_max_entries,
-        "retention_hard_max_entries": args.retention_hard_max_entries,
-        "log_level": args.log_level,
-        "event_loop": args.event_loop,
-    }
+    overrides, sources = flag_overrides(args)
     try:
-        config = load_config(args.config, overrides=overrides)
+        config = load_config(args.config, overrides=overrides, override_sources=sources)
     except ConfigError as exc:
         print(f"raftsink serve: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -195,39 +173,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftsink", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("serve", help="run one node", description="Run one raftsink node.")
+    p = sub.add_parser(
+        "serve",
+        help="run one node",
+        description="Run one raftsink node. Settings: TOML file < RAFTSINK_* < flags "
+        "(docs/operations.md lists them all).",
+    )
     p.add_argument("--config", help="TOML file with any of the settings below")
-    p.add_argument("--node-id", type=int, help="this node's id (>= 1)")
-    p.add_argument("--data-dir", help="storage directory")
-    p.add_argument("--peers", help="ID=RAFT/KAFKA/READ_API,... for every node, this one included")
-    p.add_argument("--raft-listen", help="bind HOST:PORT for Raft (default: own peers entry)")
-    p.add_argument("--kafka-listen", help="bind HOST:PORT for Kafka (default: own advertised)")
-    p.add_argument("--read-api-listen", help="bind HOST:PORT for the read API")
-    p.add_argument("--metrics-listen", help="HOST:PORT for Prometheus /metrics (default: none)")
-    p.add_argument(
-        "--kafka-external-listen", help="bind HOST:PORT of a second, external Kafka listener"
-    )
-    p.add_argument(
-        "--external-kafka", help="ID=HOST:PORT,... every node as external clients see it"
-    )
-    p.add_argument("--cluster-id", help="cluster id reported to clients (default raftsink)")
-    p.add_argument(
-        "--default-partitions", type=int, help="partitions of auto-created topics (default 1)"
-    )
-    p.add_argument("--no-auto-create-topics", action="store_true", help="refuse unknown topics")
-    p.add_argument("--tick-ms", type=int, help="Raft tick (default 30)")
-    p.add_argument("--election-ticks", type=int, help="election timeout in ticks (default 10)")
-    p.add_argument("--max-frame-bytes", type=int, help="largest Kafka request (default 100 MiB)")
-    p.add_argument("--write-caching", action="store_true", help="relaxed durability (see docs)")
-    p.add_argument(
-        "--snapshot-every-entries", type=int, help="snapshot + compaction period (0: off)"
-    )
-    p.add_argument(
-        "--retention-max-entries", type=int, help="soft log size limit (default 1,000,000)"
-    )
-    p.add_argument("--retention-hard-max-entries", type=int, help="hard log size limit (0: none)")
-    p.add_argument("--log-level", help="DEBUG, INFO, WARNING (default), ERROR")
-    p.add_argument("--event-loop", choices=("uvloop", "asyncio"), help="default uvloop")
+    from sink.config import add_config_arguments
+
+    add_config_arguments(p)
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("local", help="run a local 3-node cluster until Ctrl-C")

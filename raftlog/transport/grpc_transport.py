@@ -46,7 +46,9 @@ class TransportOptions:
     queue_max_messages: int = 65536
     """Per-peer send queue bound; messages beyond it are dropped (Raft resends)."""
     backoff_initial_s: float = 0.05
+    """First reconnect delay after a failed send to a peer; doubles per failure."""
     backoff_max_s: float = 1.0
+    """Upper bound of the reconnect delay to an unreachable peer."""
     limits: DecodeLimits = field(default_factory=DecodeLimits)
 
     def __post_init__(self) -> None:

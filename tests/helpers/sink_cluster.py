@@ -1,6 +1,6 @@
-"""An in-process raftsink cluster for tests: RaftNode + SinkStateMachine +
-SinkService + KafkaServer per node over a LocalNetwork, each Kafka listener on
-127.0.0.1 with an ephemeral port (and that port advertised in Metadata).
+"""An in-process raftsink cluster for tests: one `sink.node.SinkNode` per node (the
+same wiring as `raftsink serve`) over a LocalNetwork, each Kafka listener and read
+API on 127.0.0.1 with an ephemeral port (the Kafka port advertised in Metadata).
 
 SinkCluster runs its event loop in a background thread so that blocking
 clients (confluent-kafka, kafka-python, kcat subprocesses) can be used from
@@ -16,20 +16,14 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from raftlog.runtime import NodeOptions, RaftNode
+from raftlog.runtime import NodeOptions
 from raftlog.transport import LocalNetwork
-from sink.kafka import KafkaLimits, KafkaServer
-from sink.service import SinkOptions, SinkService
-from sink.state import SinkStateMachine
+from sink.config import KafkaSection, NodeSection, Peer, RaftSection, RetentionSection, SinkConfig
+from sink.kafka import KafkaLimits
+from sink.node import SinkNode
+from sink.service import SinkOptions
 
 FAST = NodeOptions(tick_ms=10, election_ticks=10)
-
-
-class SinkNode:
-    def __init__(
-        self, node: RaftNode, fsm: SinkStateMachine, service: SinkService, server: KafkaServer
-    ):
-        self.node, self.fsm, self.service, self.server = node, fsm, service, server
 
 
 class SinkCluster:
@@ -82,44 +76,43 @@ class SinkCluster:
         for i in self.ids:
             await self.start_node(i)
 
+    def config(self, i: int) -> SinkConfig:
+        """Node i's configuration: Raft over the in-process network (addresses are
+        only labels there), Kafka and read API on ephemeral 127.0.0.1 ports."""
+        peers = {
+            j: Peer(j, f"local:{j}", f"127.0.0.1:{self.ports.get(j, 0)}", "127.0.0.1:0")
+            for j in self.ids
+        }
+        return SinkConfig(
+            node=NodeSection(id=i, data_dir=os.path.join(self.base, f"n{i}"), peers=peers),
+            kafka=KafkaSection(
+                cluster_id="raftsink-test",
+                default_partitions=self.default_partitions,
+                auto_create_topics=self.auto_create,
+                limits=self.limits or KafkaLimits(),
+                service=self.sink_options or SinkOptions(),
+            ),
+            raft=RaftSection(options=self.options),
+            storage=self.options.storage,
+            retention=RetentionSection(snapshot_every_entries=self.options.snapshot_every_entries),
+        )
+
     async def start_node(self, i: int) -> SinkNode:
-        fsm = SinkStateMachine(
-            default_partitions=self.default_partitions, auto_create_topics=self.auto_create
-        )
-        node = RaftNode(
-            i,
-            os.path.join(self.base, f"n{i}"),
-            {j: f"local:{j}" for j in self.ids},
-            fsm,
-            self.net.transport(i),
-            self.options,
-            seed=i,
-        )
-        brokers = {j: ("127.0.0.1", self.ports.get(j, 0)) for j in self.ids}
-        service = SinkService(
-            node,
-            fsm,
-            node_id=i,
-            brokers=brokers,
-            cluster_id="raftsink-test",
-            options=self.sink_options,
-        )
-        server = KafkaServer(service, "127.0.0.1", self.ports.get(i, 0), self.limits)
-        await server.start()
-        self.ports[i] = server.bound_port
-        await node.start()
-        fsm.attach_log(node.queue.read, node.queue.first_index)
-        self.nodes[i] = SinkNode(node, fsm, service, server)
+        # The one node wiring (sink.node), with the in-process transport injected.
+        sn = SinkNode(self.config(i), transport=self.net.transport(i), seed=i)
+        await sn.start()
+        assert sn.kafka is not None
+        self.ports[i] = sn.kafka.bound_port
+        self.nodes[i] = sn
         # Every service advertises every node's (now known) Kafka address.
-        for sn in self.nodes.values():
+        for other in self.nodes.values():
+            assert other.service is not None
             for j, port in self.ports.items():
-                sn.service.brokers[j] = ("127.0.0.1", port)
-        return self.nodes[i]
+                other.service.brokers[j] = ("127.0.0.1", port)
+        return sn
 
     async def stop_node(self, i: int) -> None:
-        sn = self.nodes.pop(i)
-        await sn.server.stop()
-        await sn.node.stop()
+        await self.nodes.pop(i).stop()
 
     def stop(self) -> None:
         async def stop_all() -> None:
