@@ -18,9 +18,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("nothing to do (use --doc)")
     if args.write:
         with open(args.write) as f:
-            text = f.read()
+            text = replace_table(f.read())  # before opening for writing: never truncate
         with open(args.write, "w") as f:
-            f.write(replace_table(text))
+            f.write(text)
         return 0
     print(render_table())
     return 0

@@ -84,7 +84,8 @@ def override_layer(values: Mapping[str, Any], where: Mapping[str, str] | None = 
         opt = resolve(name)
         if opt is None:
             raise ConfigError(f"unknown setting {name!r}")
-        _put(layer, opt, value, (where or {}).get(name, f"flag {opt.flag}"))
+        flag = "--" + name.replace(".", "-").replace("_", "-")
+        _put(layer, opt, value, (where or {}).get(name, f"flag {flag}"))
     return layer
 
 
