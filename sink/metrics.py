@@ -12,11 +12,19 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from raftlog.runtime import RaftNode
+
 
 class NodeCollector(Collector):
+    """Reads `node.status()` (the runtime's public status) and `transport.stats` at
+    each scrape; `extra()` adds counters of the node's other parts (Kafka front end)."""
+
     def __init__(
-        self, node: Any, transport: Any, extra: Callable[[], dict[str, float]] | None = None
-    ):
+        self,
+        node: RaftNode,
+        transport: Any,
+        extra: Callable[[], dict[str, float]] | None = None,
+    ) -> None:
         self.node = node
         self.transport = transport
         self.extra = extra
@@ -74,6 +82,7 @@ class NodeCollector(Collector):
 
 
 def make_registry(collector: Collector) -> CollectorRegistry:
+    """A registry holding only `collector` (no process/platform defaults)."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(collector)
     return reg
