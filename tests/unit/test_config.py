@@ -75,6 +75,12 @@ def test_every_setting_is_documented_and_every_part_is_reachable():
     assert set(LEGACY.values()) <= keys
 
 
+def test_no_variable_or_flag_names_two_settings():
+    for names in ("env_names", "flag_names"):
+        all_names = [n for o in OPTIONS for n in getattr(o, names)]
+        assert len(all_names) == len(set(all_names)), names
+
+
 def test_max_frame_bytes_default_is_the_kafka_limits_one():
     # One default, in KafkaLimits: 16 MiB (below storage.max_entry_bytes, 64 MiB).
     assert BY_KEY["kafka.max_frame_bytes"].default == KafkaLimits().max_frame_bytes == 16 << 20
