@@ -78,7 +78,9 @@ class SinkCluster:
 
     def config(self, i: int) -> SinkConfig:
         """Node i's configuration: Raft over the in-process network (addresses are
-        only labels there), Kafka and read API on ephemeral 127.0.0.1 ports."""
+        only labels there), Kafka and read API on ephemeral 127.0.0.1 ports. Peers'
+        read API addresses stay ":0", so a follower's read API cannot forward to
+        the leader here; the process clusters cover that."""
         peers = {
             j: Peer(j, f"local:{j}", f"127.0.0.1:{self.ports.get(j, 0)}", "127.0.0.1:0")
             for j in self.ids
