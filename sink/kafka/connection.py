@@ -35,6 +35,7 @@ from kio.serial import entity_reader
 from sink.kafka import errors as E
 from sink.kafka.handlers import API_VERSIONS_KEY, HANDLERS, SUPPORTED, encode_api_versions
 from sink.kafka.handlers.produce import PRODUCE
+from sink.kafka.protocol import FrameError, request_checker, strip_unknown_tags
 
 if TYPE_CHECKING:
     from sink.kafka.server import KafkaServer
@@ -203,12 +204,18 @@ class Connection:
             raise ProtocolError(f"unsupported API key {api_key}")
         if not rng[0] <= version <= rng[1]:
             raise ProtocolError(f"unsupported version {version} of API {api_key}")
+        # No length from the wire reaches kio's native reader unchecked: it would
+        # allocate what the frame claims and abort the process on failure.
+        try:
+            shape = request_checker(api_key, version)(frame)
+        except FrameError as exc:
+            raise ProtocolError(f"malformed request (API {api_key} v{version}): {exc}") from None
+        # KIP-482: unknown tagged fields are skipped (kio's reader refuses them).
+        parsed = strip_unknown_tags(frame, shape.edits) if shape.edits else frame
         try:
             read_header, read_body = _request_readers(api_key, version)
-            _hdr, n = read_header(frame, 0)
-            req, _m = read_body(frame, n)
-        except KeyError as exc:  # kio: unknown tagged field (KIP-482 says skip; we refuse)
-            raise ProtocolError(f"unparseable request (API {api_key} v{version}): {exc}") from None
+            _hdr, n = read_header(parsed, 0)
+            req, _m = read_body(parsed, n)
         except Exception as exc:
             raise ProtocolError(
                 f"malformed request (API {api_key} v{version}): {type(exc).__name__}: {exc}"

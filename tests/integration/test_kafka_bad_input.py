@@ -3,6 +3,7 @@ keeps serving (a produce afterwards succeeds and earlier data is intact)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import time
@@ -10,9 +11,11 @@ import time
 import pytest
 
 from sink.kafka import KafkaLimits
+from sink.local_cluster import LocalSinkCluster
 from tests.helpers.kafka_wire import encode_request, read_response
 from tests.helpers.sink_cluster import SinkCluster
 from tests.unit.sink.batches import make_batch
+from tests.unit.sink.killer_frames import KILLER_FRAMES
 
 LIMITS = KafkaLimits(max_frame_bytes=1 << 20, idle_timeout_s=0.5, max_connections=1000)
 
@@ -124,16 +127,17 @@ def test_api_versions_unsupported_version_falls_back_to_v0(cluster):
         assert hdr.correlation_id == 4 and resp.error_code == 0
 
 
-def test_unknown_tagged_field_closes(cluster):
-    # Metadata v12 request whose header carries tagged field 99 (kio raises KeyError).
+def test_unknown_tagged_fields_are_skipped(cluster):
+    """KIP-482: a Metadata v12 request whose header carries tagged field 99 and whose
+    body carries tagged field 1000 (kio refuses both) is answered; the connection stays."""
     head = struct.pack(">hhih", 3, 12, 8, 1) + b"x" + b"\x01" + b"\x63\x01\x00"
-    body = (
-        b"\x00" + b"\x01" + b"\x00" + b"\x00"
-    )  # topics=null, allow_auto, include_topic_ops, no tags
-    s = connect(cluster)
-    with s:
+    # topics=null, allow_auto, include_topic_ops, one unknown tag (1000, 2 bytes)
+    body = b"\x00" + b"\x01" + b"\x00" + b"\x01\xe8\x07\x02ab"
+    with connect(cluster) as s:
         s.sendall(struct.pack(">i", len(head + body)) + head + body)
-        assert_closed(s)
+        hdr, resp = read_response(s, 3, 12)
+        assert hdr.correlation_id == 8 and "known" in {t.name for t in resp.topics}
+        assert produce(s, "known", make_batch([b"after tags"]), corr=9).error_code == 0
     healthy(cluster)
 
 
@@ -307,3 +311,44 @@ def test_backpressure_stops_reading_when_pending_full(tmp_path):
         assert got == [(100 + i, i) for i in range(n)]
     finally:
         c.stop()
+
+
+# ------------------------------------------------------------------ issue 19's killer frames
+
+
+@pytest.fixture(scope="module")
+def node_process(tmp_path_factory):
+    """One REAL node process (kio's abort took the whole process down)."""
+    c = LocalSinkCluster(str(tmp_path_factory.mktemp("killer")), n=1, log_level="INFO")
+    c.start()
+    try:
+        asyncio.run(c.wait_ready())
+        yield c
+    finally:
+        c.stop()
+
+
+def api_versions_ok(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(
+            encode_request(18, 3, 5, {"client_software_name": "t", "client_software_version": "1"})
+        )
+        hdr, resp = read_response(s, 18, 3)
+        assert hdr.correlation_id == 5 and resp.error_code == 0
+
+
+@pytest.mark.parametrize("name", sorted(KILLER_FRAMES))
+def test_impossible_lengths_close_the_connection_not_the_node(node_process, name):
+    """Produce v9 / Fetch v12 / FindCoordinator v4 / Metadata v12 whose array length is
+    the varint ff ff ff ff 0f: kio would allocate 34 GB and abort the process. The node
+    closes that connection with a clear log line and answers ApiVersions on a new one."""
+    port = int(node_process.peers[1].kafka.rsplit(":", 1)[1])
+    frame = KILLER_FRAMES[name](corr=3)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        assert_closed(s)
+    api_versions_ok(port)
+    assert not node_process.exited()
+    with open(node_process.nodes[1].log_path) as f:
+        log = f.read()
+    assert "elements, " in log and "kafka.close" in log
