@@ -35,7 +35,6 @@ from kio.index import load_request_schema
 from kio.schema.index import api_key_map
 from kio.serial import entity_reader
 
-from sink.kafka import errors as E
 from sink.kafka.handlers import (
     API_VERSIONS_KEY,
     ERROR_RESPONSES,
@@ -45,6 +44,7 @@ from sink.kafka.handlers import (
 )
 from sink.kafka.handlers.produce import PRODUCE
 from sink.kafka.protocol import FrameError, NullError, request_checker, strip_unknown_tags
+from sink.kafka.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from sink.kafka.server import KafkaServer
@@ -238,7 +238,7 @@ class Connection:
                 self.peer,
                 self.client(),
             )
-            self._push(encode_api_versions(0, corr, SUPPORTED, E.UNSUPPORTED_VERSION), 0)
+            self._push(encode_api_versions(0, corr, SUPPORTED, ErrorCode.unsupported_version), 0)
             return
         rng = SUPPORTED.get(api_key)
         if rng is None:
@@ -256,7 +256,7 @@ class Connection:
         except NullError as exc:
             # INVALID_REQUEST where the version's response can say so without the
             # request (a top-level error code); else a protocol error, as Kafka's.
-            answer = ERROR_RESPONSES[api_key](version, corr, None, E.INVALID_REQUEST)
+            answer = ERROR_RESPONSES[api_key](version, corr, None, ErrorCode.invalid_request)
             if answer is None:
                 raise ProtocolError(
                     f"malformed request (API {api_name(api_key)} v{version}): {exc}"
@@ -325,7 +325,7 @@ class Connection:
         )
         try:
             return ERROR_RESPONSES[request.api_key](
-                request.version, request.corr, request.req, E.UNKNOWN_SERVER_ERROR
+                request.version, request.corr, request.req, ErrorCode.unknown_server_error
             )
         except Exception:
             log.exception("kafka.error_response_failed api=%s", api_name(request.api_key))
