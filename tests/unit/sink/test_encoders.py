@@ -3,10 +3,15 @@
 import pytest
 from kio.index import load_response_schema
 
-from sink.kafka.build import build, encode_entity
-from sink.kafka.encoders import FetchPartition, ProducePartition, encode_fetch, encode_produce
 from sink.kafka.handlers import SUPPORTED
-from sink.kafka.handlers.cluster import encode_api_versions
+from sink.kafka.handlers.api_versions import encode_api_versions
+from sink.kafka.protocol.build import build, encode_entity
+from sink.kafka.protocol.encoders import (
+    FetchPartition,
+    ProducePartition,
+    encode_fetch,
+    encode_produce,
+)
 
 
 def kio_produce(version, corr, topics, endpoints):
