@@ -128,7 +128,11 @@ class ConnectionState:
         self.api_versions_key = api_versions_key
         self._invalid_answer = invalid_answer
         self._fallback = fallback
-        self._buf = bytearray()
+        # Unparsed input is self._data[self._pos:]. A chunk holding whole frames
+        # stays the bytes object the socket gave (each frame is one slice, one
+        # copy); only a frame split across chunks is accumulated in a bytearray.
+        self._data: bytes | bytearray = b""
+        self._pos = 0
         self._eof = False
         self.closed: Close | None = None
         self.client_id: str | None = None
@@ -140,28 +144,38 @@ class ConnectionState:
 
     def receive_data(self, data: bytes) -> None:
         """Bytes from the socket; b"" means the peer closed its side."""
-        if data:
-            self._buf += data
-        else:
+        if not data:
             self._eof = True
+        elif self._pos >= len(self._data):
+            self._data, self._pos = data, 0
+        else:
+            if not isinstance(self._data, bytearray):
+                self._data = bytearray(memoryview(self._data)[self._pos :])
+                self._pos = 0
+            self._data += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._data) - self._pos
 
     @property
     def waiting_for(self) -> str:
-        """ "size" between frames, "body" inside one (idleness is judged by it)."""
-        return "body" if len(self._buf) >= 4 else "size"
+        """Between frames "size", inside one "body" (idleness is judged by it)."""
+        return "body" if self.buffered >= 4 else "size"
 
     def next_event(self) -> Event:
         if self.closed is not None:
             return self.closed
-        buf = self._buf
-        if len(buf) < 4:
+        avail = len(self._data) - self._pos
+        if avail < 4:
             if self._eof:
                 return self._close(
-                    CloseReason.TRUNCATED if buf else CloseReason.EOF,
-                    "truncated frame size" if buf else "",
+                    CloseReason.TRUNCATED if avail else CloseReason.EOF,
+                    "truncated frame size" if avail else "",
                 )
             return NEED_DATA
-        (size,) = _SIZE.unpack_from(buf, 0)
+        data, pos = self._data, self._pos
+        (size,) = _SIZE.unpack_from(data, pos)
         if size > self.max_frame_bytes:
             return self._close(
                 CloseReason.FRAME_TOO_LARGE,
@@ -172,12 +186,21 @@ class ConnectionState:
                 CloseReason.FRAME_TOO_SHORT,
                 f"frame of {size} bytes is too short for a request header",
             )
-        if len(buf) < 4 + size:
+        if avail < 4 + size:
             if self._eof:
                 return self._close(CloseReason.TRUNCATED, "truncated frame body")
             return NEED_DATA
-        frame = bytes(buf[4 : 4 + size])
-        del buf[: 4 + size]
+        end = pos + 4 + size
+        if isinstance(data, bytes):
+            frame = data[pos + 4 : end]
+            self._pos = end
+        else:  # accumulated: copy the frame out, drop it from the front
+            with memoryview(data) as mv:
+                frame = bytes(mv[pos + 4 : end])
+            del data[:end]
+            self._pos = 0
+        if self._pos == len(self._data):
+            self._data, self._pos = b"", 0
         return self._parse(frame)
 
     def _parse(self, frame: bytes) -> Event:
@@ -202,7 +225,6 @@ class ConnectionState:
                 f"unsupported version {version} of API {api_name(api_key)} (served "
                 f"v{rng[0]}-v{rng[1]}) from {self.client()}",
             )
-        what = f"{api_name(api_key)} v{version}"
         # No length from the wire reaches kio's native reader unchecked: it would
         # allocate what the frame claims and abort the process on failure.
         try:
@@ -212,10 +234,18 @@ class ConnectionState:
             # request (a top-level error code); else a protocol error, as Kafka's.
             answer = self._invalid_answer(api_key, version, corr)
             if answer is None:
-                return self._close(CloseReason.MALFORMED, f"malformed request ({what}): {exc}")
-            return Answer(answer, f"invalid request ({what}) from {self.client()}: {exc}")
+                return self._close(
+                    CloseReason.MALFORMED,
+                    f"malformed request ({api_name(api_key)} v{version}): {exc}",
+                )
+            return Answer(
+                answer,
+                f"invalid request ({api_name(api_key)} v{version}) from {self.client()}: {exc}",
+            )
         except FrameError as exc:
-            return self._close(CloseReason.MALFORMED, f"malformed request ({what}): {exc}")
+            return self._close(
+                CloseReason.MALFORMED, f"malformed request ({api_name(api_key)} v{version}): {exc}"
+            )
         # KIP-482: unknown tagged fields are skipped (kio's reader refuses them).
         parsed = strip_unknown_tags(frame, shape.edits) if shape.edits else frame
         try:
@@ -225,7 +255,7 @@ class ConnectionState:
         except Exception as exc:
             return self._close(
                 CloseReason.MALFORMED,
-                f"malformed request ({what}): {type(exc).__name__}: {exc}",
+                f"malformed request ({api_name(api_key)} v{version}): {type(exc).__name__}: {exc}",
             )
         # Trailing bytes are tolerated, as kio's reader tolerates them.
         self.client_id = hdr.client_id
