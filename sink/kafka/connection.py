@@ -111,7 +111,8 @@ class Connection:
                 ) from None
         except ProtocolError as exc:
             self.closed_reason = str(exc)
-            level = logging.INFO if exc.close.reason is CloseReason.IDLE else logging.WARNING
+            quiet = exc.close.reason in (CloseReason.IDLE, CloseReason.SHUTDOWN)
+            level = logging.INFO if quiet else logging.WARNING
             log.log(
                 level,
                 "kafka.close peer=%s reason=%s: %s",

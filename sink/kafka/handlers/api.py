@@ -15,7 +15,8 @@ A handler module defines one `API = Api(...)`:
   topics/partitions where the response has them; None where no answer can be
   formed (acks=0; nothing to mirror and no top-level error code);
 - priced: the request's frame bytes count against the produce back-pressure
-  budget until its response is written.
+  budget until its response is written;
+- summary: one line for the table of APIs in docs/kafka.md (generated, tested).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class Api:
     handle: Handle
     error_response: ErrorResponse
     priced: bool = False
+    summary: str = ""
 
     @property
     def key(self) -> int:

@@ -44,4 +44,13 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes:
     return encode_api_versions(version, corr, {}, code)
 
 
-API = Api(ApiVersionsRequest, (0, 4), handle, error_response)
+API = Api(
+    ApiVersionsRequest,
+    (0, 4),
+    handle,
+    error_response,
+    summary=(
+        "response header v0 always; an unsupported version gets UNSUPPORTED_VERSION in a "
+        "v0 body with the API list"
+    ),
+)

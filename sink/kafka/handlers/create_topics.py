@@ -73,4 +73,12 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes 
     return _encode(version, corr, topics)
 
 
-API = Api(CreateTopicsRequest, (2, 7), handle, error_response)
+API = Api(
+    CreateTopicsRequest,
+    (2, 7),
+    handle,
+    error_response,
+    summary=(
+        "through the log; on a follower NOT_CONTROLLER (clients send it to controller_id = leader)"
+    ),
+)

@@ -1,4 +1,4 @@
-"""Fetch (v4-v12, hand-rolled response).
+"""Fetch (v4-v16, hand-rolled response; topics by id from v13, KIP-516).
 
 Only applied (committed) data is served. A leader serves only after
 on_leader_start of its current term (an own-term entry applied), so its high
@@ -8,7 +8,7 @@ _beyond_high_watermark: OFFSET_OUT_OF_RANGE only where the offset surely does no
 exist). Fetch honours max_wait/min_bytes with a wake-up on newly applied records,
 declines fetch sessions (session_id 0), returns whole batches from the one
 containing fetch_offset, and at least one batch even above partition_max_bytes
-(KIP-74).
+(KIP-74). v16 answers that send the client away name the leader (KIP-951).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from kio.schema.fetch.v12.request import FetchRequest
+from kio.schema.fetch.v16.request import FetchRequest
 
 from sink.kafka.handlers.api import Api, Call, Response, later
 from sink.kafka.handlers.services import HandlerContext
@@ -60,16 +60,29 @@ def _beyond_high_watermark(ctx: HandlerContext, client_epoch: int) -> ErrorCode:
     return ErrorCode.offset_out_of_range
 
 
-def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
+def _collect(ctx: HandlerContext, req: Any, version: int) -> tuple[list, int, bool]:
     fsm = ctx.partitions
     budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
     total = 0
     any_error = False
     serving = _serving_error(ctx)
-    topics = []
+    topics: list = []
     for ft in req.topics:
-        name = ft.topic
-        parts = []
+        parts: list[FetchPartition] = []
+        if version >= 13:  # by topic id (KIP-516)
+            info = fsm.topic_by_id(ft.topic_id)
+            topics.append((ft.topic_id, parts))
+            if info is None:
+                for fp in ft.partitions:
+                    parts.append(
+                        FetchPartition(fp.partition, ErrorCode.unknown_topic_id, -1, -1, (), 0)
+                    )
+                any_error = any_error or bool(ft.partitions)
+                continue
+            name = info.name
+        else:
+            name = ft.topic
+            topics.append((name, parts))
         for fp in ft.partitions:
             idx = fp.partition
             if not fsm.has_partition(name, idx):
@@ -118,8 +131,29 @@ def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
                 continue
             total += size
             parts.append(FetchPartition(idx, ErrorCode.none, hw, start, pieces, size))
-        topics.append((name, parts))
     return topics, total, any_error
+
+
+def _leader_hints(ctx: HandlerContext, topics: list) -> tuple[list, list]:
+    """KIP-951 (v16+): partitions sent away (NOT_LEADER_OR_FOLLOWER) name the leader
+    and its epoch, and the response carries the leader's endpoint, so the client
+    skips a Metadata round trip after a failover."""
+    lead = ctx.leader_id()
+    if lead < 0:
+        return topics, []
+    epoch = ctx.leadership.leader_epoch()
+    hinted = False
+    out = []
+    for key, parts in topics:
+        new = []
+        for p in parts:
+            if p.error == ErrorCode.not_leader_or_follower:
+                p = p._replace(leader_id=lead, leader_epoch=epoch)
+                hinted = True
+            new.append(p)
+        out.append((key, new))
+    ep = ctx.leader_endpoint()
+    return out, [ep] if hinted and ep is not None else []
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
@@ -133,10 +167,13 @@ async def _long_poll(ctx: HandlerContext, call: Call) -> list:
     deadline = loop.time() + max(wait_s, 0.0)
     while True:
         ev = ctx.partitions.data_event()  # taken before reading: no lost wake-up
-        topics, total, any_error = _collect(ctx, req)
+        topics, total, any_error = _collect(ctx, req, call.version)
         remaining = deadline - loop.time()
         if total >= max(req.min_bytes, 1) or any_error or remaining <= 0:
-            return encode_fetch(call.version, call.corr, topics)
+            endpoints: list = []
+            if any_error and call.version >= 16:
+                topics, endpoints = _leader_hints(ctx, topics)
+            return encode_fetch(call.version, call.corr, topics, node_endpoints=endpoints)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ev.wait(), remaining)
 
@@ -149,10 +186,24 @@ def error_response(
     if req is None:
         return encode_fetch(version, corr, [], error=code) if version >= 7 else None
     topics = [
-        (ft.topic, [FetchPartition(fp.partition, code, -1, -1, (), 0) for fp in ft.partitions])
+        (
+            ft.topic_id if version >= 13 else ft.topic,
+            [FetchPartition(fp.partition, code, -1, -1, (), 0) for fp in ft.partitions],
+        )
         for ft in req.topics
     ]
     return encode_fetch(version, corr, topics, error=code if version >= 7 else ErrorCode.none)
 
 
-API = Api(FetchRequest, (4, 12), handle, error_response)
+API = Api(
+    FetchRequest,
+    (4, 16),
+    handle,
+    error_response,
+    summary=(
+        "hand-rolled response; topics by id from v13 (KIP-516, UNKNOWN_TOPIC_ID); v16 "
+        "names the leader on NOT_LEADER_OR_FOLLOWER (KIP-951); `session_id` 0 "
+        "(sessionless); max_wait/min_bytes honoured; at least one whole batch even above "
+        "partition_max_bytes"
+    ),
+)

@@ -59,4 +59,10 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes 
     return _encode(version, corr, req, code, -1, "", -1)
 
 
-API = Api(FindCoordinatorRequest, (0, 4), handle, error_response)
+API = Api(
+    FindCoordinatorRequest,
+    (0, 4),
+    handle,
+    error_response,
+    summary="always the Raft leader (needed by librdkafka to enable lz4)",
+)

@@ -52,4 +52,13 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes:
     return _encode(version, corr, code, -1, -1)
 
 
-API = Api(InitProducerIdRequest, (0, 4), handle, error_response)
+API = Api(
+    InitProducerIdRequest,
+    (0, 4),
+    handle,
+    error_response,
+    summary=(
+        "null transactional id only; a new PID (allocated through the log) with epoch 0; "
+        "a follower relays the request to the leader"
+    ),
+)

@@ -77,4 +77,13 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes 
     return _encode(version, corr, topics)
 
 
-API = Api(ListOffsetsRequest, (1, 8), handle, error_response)
+API = Api(
+    ListOffsetsRequest,
+    (1, 8),
+    handle,
+    error_response,
+    summary=(
+        "-1 latest (high watermark), -2/-4 earliest, -3 last offset; lookup by a real "
+        "timestamp answers offset -1 (not supported)"
+    ),
+)

@@ -128,4 +128,13 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes 
     return encode_response(MetadataRequest.__api_key__, version, corr, body)
 
 
-API = Api(MetadataRequest, (0, 12), handle, error_response)
+API = Api(
+    MetadataRequest,
+    (0, 12),
+    handle,
+    error_response,
+    summary=(
+        "every node with its advertised address; leader = Raft leader; leader_epoch = "
+        "Raft term; topic_id stable for the topic's life; auto-creation"
+    ),
+)

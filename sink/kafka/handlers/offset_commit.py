@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kio.schema.offset_commit.v8.request import OffsetCommitRequest
+from kio.schema.offset_commit.v9.request import OffsetCommitRequest
 
 from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext
@@ -49,4 +49,12 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes 
     return encode_response(OffsetCommitRequest.__api_key__, version, corr, body)
 
 
-API = Api(OffsetCommitRequest, (2, 8), handle, error_response)
+API = Api(
+    OffsetCommitRequest,
+    (2, 9),
+    handle,
+    error_response,
+    summary=(
+        "in memory on the coordinator (the Raft leader), not replicated: lost on failover/restart"
+    ),
+)

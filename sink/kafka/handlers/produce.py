@@ -130,4 +130,15 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes 
     return encode_produce(version, corr, topics)
 
 
-API = Api(ProduceRequest, (3, 10), handle, error_response, priced=True)
+API = Api(
+    ProduceRequest,
+    (3, 10),
+    handle,
+    error_response,
+    priced=True,
+    summary=(
+        "RecordBatch v2 only; hand-rolled response (byte-identical to kio for every "
+        "version); v10 fills `current_leader` + `node_endpoints` on "
+        "NOT_LEADER_OR_FOLLOWER (KIP-951)"
+    ),
+)

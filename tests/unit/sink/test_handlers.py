@@ -155,3 +155,53 @@ def test_init_producer_id_and_offsets():
 def test_api_versions_lists_the_registry():
     r = call(MemoryNode(), 18, 3)
     assert {k.api_key: (k.min_version, k.max_version) for k in r.api_keys} == dict(SUPPORTED)
+
+
+def _fetch_by_id(topic_id: uuid.UUID) -> dict:
+    values = request_values(1) | {"max_wait": 0}
+    values["topics"] = [values["topics"][0] | {"topic_id": topic_id}]
+    return values
+
+
+@pytest.mark.parametrize("version", [13, 14, 15, 16])
+def test_fetch_by_topic_id(version):
+    """KIP-516: v13+ name topics by id; an unknown id is UNKNOWN_TOPIC_ID."""
+    node = MemoryNode()
+    call(node, 0, 9, produce_values(make_batch([b"a", b"b"])))
+    tid = node.fsm.topic("t").topic_id
+    (t,) = call(node, 1, version, _fetch_by_id(tid)).responses
+    assert t.topic_id == tid
+    p0 = t.partitions[0]
+    assert (int(p0.error_code), p0.high_watermark) == (0, 2) and p0.records
+    (u,) = call(node, 1, version, _fetch_by_id(uuid.UUID(int=99))).responses
+    assert u.topic_id == uuid.UUID(int=99)
+    assert {int(p.error_code) for p in u.partitions} == {100}  # UNKNOWN_TOPIC_ID
+
+
+def test_fetch_v16_from_a_new_leader_names_the_leader_kip_951():
+    """A partition sent away (NOT_LEADER_OR_FOLLOWER) carries the leader and its epoch,
+    and the response the leader's endpoint; before v16 neither is written."""
+    node = MemoryNode(node_id=1, leader_id=1, term=4)
+    call(node, 0, 9, produce_values(make_batch([b"a"])))
+    node.ready = False  # a new leader whose own-term entry is not applied yet
+    tid = node.fsm.topic("t").topic_id
+    r = call(node, 1, 16, _fetch_by_id(tid))
+    p0 = r.responses[0].partitions[0]
+    assert int(p0.error_code) == 6
+    assert (p0.current_leader.leader_id, p0.current_leader.leader_epoch) == (1, 4)
+    assert [(e.node_id, e.host, e.port) for e in r.node_endpoints] == [(1, "127.0.0.1", 9092)]
+    r15 = call(node, 1, 15, _fetch_by_id(tid))
+    assert r15.responses[0].partitions[0].current_leader.leader_id == -1
+    assert not hasattr(r15, "node_endpoints")  # v15 has no such field
+
+
+@pytest.mark.parametrize("version", [8, 9])
+def test_offset_commit_v9_and_offset_fetch_v8_v9_groups(version):
+    node = MemoryNode()
+    assert int(call(node, 8, 9).topics[0].partitions[0].error_code) == 0
+    r = call(node, 9, version)
+    (g,) = r.groups
+    assert (g.group_id, int(g.error_code)) == ("g", 0)
+    assert [(p.partition_index, p.committed_offset) for p in g.topics[0].partitions] == [(0, 5)]
+    follower = call(MemoryNode(node_id=2, leader_id=1), 9, version)
+    assert int(follower.groups[0].error_code) == 16  # NOT_COORDINATOR
