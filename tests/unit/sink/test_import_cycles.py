@@ -157,3 +157,13 @@ def test_each_entry_point_imports_first_alone():
     the protocol leaf) first, the leaf first, the service first, the server first."""
     for m in ("sink.state", "sink.kafka.protocol.records", "sink.service", "sink.kafka"):
         _fresh_import(m)
+
+
+def test_the_protocol_leaf_imports_nothing_of_the_server():
+    graph = import_graph()
+    for m, targets in graph.items():
+        if m.startswith("sink.kafka.protocol"):
+            outside = {t for t in targets if not t.startswith("sink.kafka.protocol")}
+            assert outside <= {"sink.kafka", "sink"}, f"{m} imports {outside}"
+            # ...and even the package sink.kafka only as the parent it lives in
+            assert not any(t.startswith("sink.kafka.") for t in outside), (m, outside)
