@@ -36,7 +36,7 @@ from common import machine, percentile, print_targets
 
 from raftlog.local_cluster import free_ports
 from sink.local_cluster import LocalSinkCluster
-from sink.read_api import ReadApiClient
+from sink.readapi import ReadApiClient
 
 PARTITIONS = 4
 MiB = 1024 * 1024

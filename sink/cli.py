@@ -103,7 +103,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from sink.read_api import ReadApiClient
+    from sink.readapi import ReadApiClient
 
     if args.cluster:
         with open(args.cluster) as f:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from raftlog.local_cluster import free_ports
 from sink.config import Peer, format_peers
-from sink.read_api import ReadApiClient
+from sink.readapi import ReadApiClient
 
 
 @dataclass

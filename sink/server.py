@@ -27,7 +27,7 @@ from raftlog.storage import StorageOptions
 from raftlog.transport import GrpcTransport
 from sink.config import SinkConfig
 from sink.metrics import NodeCollector, make_registry
-from sink.read_api import ReadApiService
+from sink.readapi.server import ReadApiService
 
 T = TypeVar("T")
 

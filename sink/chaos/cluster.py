@@ -20,7 +20,7 @@ from sink.chaos.node import STALL_ENV
 from sink.chaos.proxy import ProxyControl
 from sink.config import Peer, format_peers
 from sink.local_cluster import LocalSinkCluster
-from sink.read_api import ReadApiClient
+from sink.readapi import ReadApiClient
 
 
 class ChaosReadClient(ReadApiClient):

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Producer
 
 from sink.local_cluster import LocalSinkCluster
-from sink.read_api import (
+from sink.readapi import (
     ERR_INVALID_REQUEST,
     ERR_OFFSET_OUT_OF_RANGE,
     ERR_UNKNOWN_TOPIC_OR_PARTITION,

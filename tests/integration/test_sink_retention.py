@@ -10,7 +10,7 @@ import time
 from confluent_kafka import Producer
 
 from sink.local_cluster import LocalSinkCluster
-from sink.read_api import ERR_OFFSET_OUT_OF_RANGE, ReadApiClient
+from sink.readapi import ERR_OFFSET_OUT_OF_RANGE, ReadApiClient
 
 TOPIC = "ret"
 

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from sink.local_cluster import LocalSinkCluster
-from sink.read_api import ReadApiClient
+from sink.readapi import ReadApiClient
 
 TOPIC = "guard"
 
