@@ -90,7 +90,7 @@ def raftsink_image(docker_engine) -> str:
 def container_cluster(request, raftsink_image):
     """A started 3-node cluster with an elected leader; torn down after the test (logs of
     every node are printed when the test failed)."""
-    from tests.containers.cluster import ContainerCluster
+    from tests.containers.container_cluster import ContainerCluster
 
     partitions = getattr(request, "param", None) or 3
     t0 = time.monotonic()

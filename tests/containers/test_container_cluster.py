@@ -13,7 +13,7 @@ import time
 
 from confluent_kafka import Producer
 
-from tests.containers.cluster import KAFKA_PORT, wait_for
+from tests.containers.container_cluster import KAFKA_PORT, wait_for
 from tests.containers.kafka_util import (
     AckingProducer,
     check_exactly_once,

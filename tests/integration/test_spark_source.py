@@ -1,4 +1,4 @@
-"""The raftsink Spark source against a real 3-node LocalSinkCluster.
+"""The raftsink Spark source against a real 3-node SinkProcessCluster.
 
 1. Batch read returns exactly what confluent-kafka producers wrote (key, value, headers,
    offsets, timestamps), through two codecs; bad input gives actionable errors.
@@ -126,9 +126,9 @@ ck = pytest.importorskip("confluent_kafka")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    from sink.local_cluster import LocalSinkCluster
+    from sink.process_cluster import SinkProcessCluster
 
-    c = LocalSinkCluster(str(tmp_path_factory.mktemp("spark-sink")), 3, default_partitions=2)
+    c = SinkProcessCluster(str(tmp_path_factory.mktemp("spark-sink")), 3, default_partitions=2)
     c.start()
     try:
         asyncio.run(c.wait_ready(timeout=60))

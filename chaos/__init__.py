@@ -1,7 +1,7 @@
 """raftsink chaos: a Jepsen-style fault campaign against a local 3-node cluster.
 
 Entry point: run_campaign(seed, out_dir, seconds=... | minutes=..., nemeses=[...]);
-command line: `python -m sink.chaos --seed N --minutes M --out DIR [--nemesis ...]`.
+command line: `python -m chaos --seed N --minutes M --out DIR [--nemesis ...]`.
 See docs/chaos.md. Imports are lazy so that `raftsink --help` stays light.
 """
 
@@ -14,7 +14,7 @@ __all__ = ["CampaignOptions", "run_campaign"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from sink.chaos import campaign
+        from chaos import campaign
 
         return getattr(campaign, name)
     raise AttributeError(name)
