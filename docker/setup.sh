@@ -221,7 +221,7 @@ build_image() {
     if ! tar -c --dereference --owner=0 --group=0 --numeric-owner --mode='u+rwX,go+rX,go-w' \
         --sort=name --exclude='__pycache__' --exclude='*.pyc' --exclude='*.egg-info' --exclude='*.so' \
         --exclude='docker/extra-ca.crt' \
-        -C "$ROOT" pyproject.toml setup.py README.md raftlog sink connectors docker "${extra[@]}" |
+        -C "$ROOT" pyproject.toml setup.py README.md raftlog sink connectors chaos demos docker "${extra[@]}" |
         docker build -f docker/Dockerfile --build-arg BASE_IMAGE="$base" "$@" -t "$tag" - >"$log" 2>&1; then
         tail -n 40 "$log" >&2
         die "image build failed; full log: $log"
