@@ -22,7 +22,7 @@ def _extra_deps(extras: dict[str, list[str]], extra: str, project: str) -> list[
     for dep in extras[extra]:
         if _name(dep) == project:
             inner = re.search(r"\[([^\]]*)\]", dep)
-            for sub in (inner.group(1).split(",") if inner else []):
+            for sub in inner.group(1).split(",") if inner else []:
                 out += _extra_deps(extras, sub.strip(), project)
         else:
             out.append(dep)
