@@ -2,7 +2,9 @@
 
 Entry point: run_campaign(seed, out_dir, seconds=... | minutes=..., nemeses=[...]);
 command line: `python -m chaos --seed N --minutes M --out DIR [--nemesis ...]`.
-See docs/chaos.md. Imports are lazy so that `raftsink --help` stays light.
+A tool beside the server (the server never imports it); `raftsink chaos` is registered
+through the raftsink.commands entry point (chaos/command.py). See docs/chaos.md. Imports
+are lazy so that importing the package stays light.
 """
 
 from __future__ import annotations

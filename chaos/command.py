@@ -25,9 +25,16 @@ REQUIRES = ("confluent_kafka", "aiokafka", "matplotlib")
 KINDS = ("kill", "pause", "partition", "disk")  # chaos.nemesis.KINDS (not imported: light)
 
 
-def missing_modules(modules: tuple[str, ...] = REQUIRES) -> list[str]:
-    """The modules among `modules` that cannot be imported here."""
-    return [m for m in modules if importlib.util.find_spec(m) is None]
+def missing_modules(modules: tuple[str, ...] | None = None) -> list[str]:
+    """The modules among `modules` (default REQUIRES) that cannot be imported here."""
+    return [m for m in (REQUIRES if modules is None else modules) if not _importable(m)]
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken parent package counts as missing
+        return False
 
 
 def require_extra() -> str | None:
