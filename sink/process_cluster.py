@@ -98,6 +98,23 @@ class SinkProcessCluster:
             )
         return path
 
+    # The hooks' names before they became public: a subclass still overriding one would be
+    # silently ignored, so defining it is an error that names the new hook.
+    _RENAMED_HOOKS = {
+        "_node_env": "env_for",
+        "_node_peers": "peers_for",
+        "node_module": "node_wrapper",
+    }
+
+    def __init_subclass__(cls, **kw: object) -> None:
+        super().__init_subclass__(**kw)
+        for old, new in SinkProcessCluster._RENAMED_HOOKS.items():
+            if old in cls.__dict__:
+                raise TypeError(
+                    f"{cls.__name__}.{old}: SinkProcessCluster's hook is now {new!r} "
+                    "(see sink/process_cluster.py)"
+                )
+
     def peers_for(self, node_id: int) -> str:
         """Hook: the --peers a node is started with (a subclass may route them elsewhere)."""
         return format_peers(self.peers)
