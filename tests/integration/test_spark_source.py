@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import os
 import random
@@ -306,6 +307,22 @@ def count_commits(ckpt: str) -> int:
     return len([f for f in os.listdir(d) if f.isdigit()]) if os.path.isdir(d) else 0
 
 
+_DRIVERS: list[subprocess.Popen] = []
+"""Driver processes started by the running test; killed at its end, pass or fail (each is a
+Python process and a JVM in their own session, which nothing else would reap)."""
+
+
+@pytest.fixture
+def reap_drivers():
+    yield
+    while _DRIVERS:
+        proc = _DRIVERS.pop()
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def start_driver(c, paths: dict, log_path: str, available_now: bool = False):
     cmd = [
         sys.executable,
@@ -322,9 +339,11 @@ def start_driver(c, paths: dict, log_path: str, available_now: bool = False):
     ] + (["--available-now"] if available_now else [])
     # Own process group: SIGKILL reaches the Python driver and its JVM at once.
     with open(log_path, "ab") as log:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             cmd, stdout=log, stderr=log, start_new_session=True, cwd=os.path.dirname(paths["out"])
         )
+    _DRIVERS.append(proc)
+    return proc
 
 
 def tail(path: str, n: int = 3000) -> str:
@@ -332,7 +351,7 @@ def tail(path: str, n: int = 3000) -> str:
         return f.read()[-n:].decode(errors="replace")
 
 
-def test_exactly_once_through_leader_and_driver_kills(cluster, spark, tmp_path):
+def test_exactly_once_through_leader_and_driver_kills(cluster, spark, tmp_path, reap_drivers):
     seed = int(os.environ.get("RAFTSINK_E2E_SEED", random.randrange(1 << 30)))
     print("seed", seed, "(set RAFTSINK_E2E_SEED to replay)")
     rng = random.Random(seed)
