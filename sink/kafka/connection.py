@@ -1,65 +1,71 @@
-"""One client connection: framing, limits, dispatch, in-order responses.
+"""One client connection: the asyncio driver of sink.kafka.protocol's ConnectionState.
 
-Reader loop: 4-byte size (checked against max_frame_bytes BEFORE the body is
-read), body, header + body parse with kio, dispatch. Each dispatch returns the
-response bytes, a future of them, or None (acks=0); these go into a FIFO that
-one writer task drains in order, so responses leave in request order
-(kafka-python requires it) while Produce/Fetch wait concurrently.
+Reader loop: read what the socket has, feed it to the state machine, act on its
+events: a Request is dispatched to its API's handler (the await is the dispatch
+step, so Produce proposals keep request order); an Answer (the ApiVersions
+fallback, INVALID_REQUEST) and every handler's future go into a FIFO that one
+writer task drains in order, so responses leave in request order (kafka-python
+requires it) while Produce/Fetch wait concurrently. A Close ends the connection
+(after flushing the responses of earlier requests), as Kafka does.
+
+Errors never cost the connection: a handler that raises, or whose future fails,
+answers that request with UNKNOWN_SERVER_ERROR in its version's shape (its Api's
+error_response), logged with who asked and counted (KafkaServer.handler_errors).
 
 Idleness: one lazily re-armed timer per connection (not a wait_for per read,
-which costs a task and a timer handle per frame on the hot path). Reads only
-move a deadline; the timer, when it fires, cancels the read loop if the
-deadline really passed while it was waiting for input.
+which costs a task and a timer handle per read on the hot path). Reads only move
+a deadline; the timer, when it fires, cancels the read loop if the deadline
+really passed while it was waiting for input.
 
 Back-pressure: the reader stops reading the socket while the connection has
-max_inflight_requests unanswered requests or too many pending produce bytes
-(per connection or server-wide). librdkafka ignores throttle_time.
-
-Any malformed input closes the connection (after flushing the responses of
-earlier requests); nothing here can stop the node.
+max_inflight_requests unanswered requests or too many pending produce bytes (per
+connection or server-wide; which requests are priced is each Api's `priced`).
+librdkafka ignores throttle_time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import logging
-import struct
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kio.index import load_request_schema
-from kio.serial import entity_reader
-
-from sink.kafka import errors as E
-from sink.kafka.handlers import API_VERSIONS_KEY, HANDLERS, SUPPORTED, encode_api_versions
-from sink.kafka.handlers.produce import PRODUCE
+from sink.kafka.handlers import API_VERSIONS_KEY, REGISTRY, SUPPORTED, Api, Call
+from sink.kafka.handlers.api_versions import encode_api_versions
+from sink.kafka.protocol.connection import (
+    NEED_DATA,
+    Answer,
+    Close,
+    CloseReason,
+    ConnectionState,
+    Request,
+    api_name,
+)
+from sink.kafka.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from sink.kafka.server import KafkaServer
 
 log = logging.getLogger("sink.kafka")
 
-_SIZE = struct.Struct(">i")
-_HEAD = struct.Struct(">hhi")
 _CLOSE = object()
+_READ_CHUNK = 1 << 18
 
 
 class ProtocolError(Exception):
     """Input that ends the connection."""
 
+    def __init__(self, close: Close) -> None:
+        super().__init__(close.detail or close.reason.value)
+        self.close = close
 
-class IdleTimeout(ProtocolError):
-    """Nothing (or not enough) arrived within idle_timeout_s."""
+
+def _invalid_answer(api_key: int, version: int, corr: int) -> bytes | None:
+    return REGISTRY[api_key].error_response(version, corr, None, ErrorCode.invalid_request)
 
 
-@functools.lru_cache(maxsize=512)
-def _request_readers(api_key: int, version: int) -> tuple[Callable, Callable]:
-    """kio's (header, body) readers for one request version. kio resolves the
-    schema module by name on every call; the cache takes that off each frame."""
-    req_cls = load_request_schema(api_key, version)
-    return entity_reader(req_cls.__header_schema__), entity_reader(req_cls)
+def _fallback(corr: int) -> bytes:
+    return encode_api_versions(0, corr, SUPPORTED, ErrorCode.unsupported_version)
 
 
 class Connection:
@@ -71,15 +77,18 @@ class Connection:
         self.reader = reader
         self.writer = writer
         self.peer = writer.get_extra_info("peername")
+        self.state = ConnectionState(
+            max_frame_bytes=self.limits.max_frame_bytes,
+            supported=SUPPORTED,
+            api_versions_key=API_VERSIONS_KEY,
+            invalid_answer=_invalid_answer,
+            fallback=_fallback,
+        )
         self._queue: collections.deque = collections.deque()
         self._queue_wake = asyncio.Event()
         self._room = asyncio.Event()
-        self._inflight = 0
-        self._pending_bytes = 0
         self.closed_reason: str | None = None
-        # Idle watchdog state: what the read loop waits for ("size", "body" or
-        # None while dispatching / waiting for room) and until when.
-        self._waiting_for: str | None = None
+        self._reading = False
         self._deadline = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
         self._idle_expired: str | None = None
@@ -97,23 +106,28 @@ class Connection:
                 t = asyncio.current_task()
                 if t is not None:
                     t.uncancel()
-                raise IdleTimeout(self._idle_expired) from None
-        except IdleTimeout as exc:
-            self.closed_reason = str(exc)
-            log.info("kafka.close peer=%s reason=%s", self.peer, exc)
+                raise ProtocolError(
+                    self.state.close(CloseReason.IDLE, self._idle_expired)
+                ) from None
         except ProtocolError as exc:
             self.closed_reason = str(exc)
-            log.warning("kafka.close peer=%s reason=%s", self.peer, exc)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            self.closed_reason = "eof"
-        except Exception as exc:  # a bug in a handler: drop the connection, keep the node
-            self.closed_reason = f"internal error: {exc!r}"
-            log.exception("kafka.internal_error peer=%s", self.peer)
+            quiet = exc.close.reason in (CloseReason.IDLE, CloseReason.SHUTDOWN)
+            level = logging.INFO if quiet else logging.WARNING
+            log.log(
+                level,
+                "kafka.close peer=%s reason=%s: %s",
+                self.peer,
+                exc.close.reason.value,
+                exc,
+            )
+        except ConnectionError:
+            self.closed_reason = CloseReason.EOF.value
         finally:
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
             # Flush the responses of earlier requests (bounded), then close.
-            self._push(_CLOSE, 0)
+            self._queue.append((_CLOSE, 0, None))
+            self._queue_wake.set()
             if not writer_task.done():
                 done, _ = await asyncio.wait({writer_task}, timeout=5.0)
                 if not done:
@@ -127,8 +141,7 @@ class Connection:
     def _has_room(self) -> bool:
         lim = self.limits
         return (
-            self._inflight < lim.max_inflight_requests
-            and self._pending_bytes < lim.max_pending_produce_bytes
+            self.state.has_room(lim.max_inflight_requests, lim.max_pending_produce_bytes)
             and self.server.pending_produce_bytes < lim.max_pending_produce_bytes_total
         )
 
@@ -141,26 +154,26 @@ class Connection:
             finally:
                 self.server.room_waiters.discard(self._room)
 
-    async def _read_exactly(self, n: int, what: str) -> bytes:
+    async def _read_some(self) -> bytes:
         loop = asyncio.get_running_loop()
         self._deadline = loop.time() + self.limits.idle_timeout_s
         if self._idle_timer is None:
             self._idle_timer = loop.call_at(self._deadline, self._check_idle)
-        self._waiting_for = what
+        self._reading = True
         try:
-            return await self.reader.readexactly(n)
+            return await self.reader.read(_READ_CHUNK)
         finally:
-            self._waiting_for = None
+            self._reading = False
 
     def _check_idle(self) -> None:
         """Timer callback: cancel the read loop if it has waited past its deadline."""
         loop = asyncio.get_running_loop()
         self._idle_timer = None
-        what = self._waiting_for
-        if what is None:
+        if not self._reading:
             return  # dispatching or blocked on back-pressure; the next read re-arms
+        what = self.state.waiting_for
         now = loop.time()
-        if now < self._deadline or (what == "size" and self._inflight > 0):
+        if now < self._deadline or (what == "size" and self.state.inflight > 0):
             # Not idle yet, or waiting on our own responses (which is not idleness).
             due = max(self._deadline, now + self.limits.idle_timeout_s / 4)
             self._idle_timer = loop.call_at(due, self._check_idle)
@@ -172,93 +185,106 @@ class Connection:
             self._read_task.cancel()
 
     async def _read_loop(self) -> None:
-        max_frame = self.limits.max_frame_bytes
+        st = self.state
         while True:
             await self._wait_for_room()
-            try:
-                head = await self._read_exactly(4, "size")
-            except asyncio.IncompleteReadError as exc:
-                if exc.partial:
-                    raise ProtocolError("truncated frame size") from None
-                return  # clean EOF
-            (size,) = _SIZE.unpack(head)
-            if size > max_frame:
-                raise ProtocolError(f"frame of {size} bytes exceeds max_frame_bytes={max_frame}")
-            if size < _HEAD.size + 2:
-                raise ProtocolError(f"frame of {size} bytes is too short for a request header")
-            try:
-                frame = await self._read_exactly(size, "body")
-            except asyncio.IncompleteReadError:
-                raise ProtocolError("truncated frame body") from None
-            await self._dispatch(frame)
+            ev = st.next_event()
+            if ev is NEED_DATA:
+                st.receive_data(await self._read_some())
+            elif isinstance(ev, Request):
+                await self._dispatch(ev)
+            elif isinstance(ev, Answer):
+                log.info("kafka.answer peer=%s %s", self.peer, ev.note)
+                self._push(ev.data, 0, None)
+            else:
+                assert isinstance(ev, Close)
+                if ev.reason is CloseReason.EOF:
+                    self.closed_reason = CloseReason.EOF.value
+                    return
+                raise ProtocolError(ev)
 
-    async def _dispatch(self, frame: bytes) -> None:
-        api_key, version, corr = _HEAD.unpack_from(frame, 0)
-        if api_key == API_VERSIONS_KEY and not 0 <= version <= SUPPORTED[API_VERSIONS_KEY][1]:
-            # Kafka's fallback: UNSUPPORTED_VERSION in a v0 body listing our APIs.
-            self._push(encode_api_versions(0, corr, SUPPORTED, E.UNSUPPORTED_VERSION), 0)
-            return
-        rng = SUPPORTED.get(api_key)
-        if rng is None:
-            raise ProtocolError(f"unsupported API key {api_key}")
-        if not rng[0] <= version <= rng[1]:
-            raise ProtocolError(f"unsupported version {version} of API {api_key}")
+    async def _dispatch(self, ev: Request) -> None:
+        api = REGISTRY[ev.api_key]
+        call = Call(ev.version, ev.corr, ev.req, ev.frame)
         try:
-            read_header, read_body = _request_readers(api_key, version)
-            _hdr, n = read_header(frame, 0)
-            req, _m = read_body(frame, n)
-        except KeyError as exc:  # kio: unknown tagged field (KIP-482 says skip; we refuse)
-            raise ProtocolError(f"unparseable request (API {api_key} v{version}): {exc}") from None
-        except Exception as exc:
-            raise ProtocolError(
-                f"malformed request (API {api_key} v{version}): {type(exc).__name__}: {exc}"
-            ) from None
-        # Trailing bytes are tolerated: kio's reader leaves some (e.g. Metadata
-        # v12 with topics=null from librdkafka's admin client) unconsumed.
-        if api_key == API_VERSIONS_KEY:
-            self._push(encode_api_versions(version, corr, SUPPORTED), 0)
+            result = await api.handle(self.server.context, call)
+        except Exception as exc:  # a bug: answer this request, keep the connection
+            answer = self._error_answer(api, call, exc)
+            if answer is _CLOSE:
+                raise ProtocolError(
+                    self.state.close(CloseReason.NO_ERROR_ANSWER, f"{api.name} v{ev.version}")
+                ) from None
+            self._push(answer, 0, None)
             return
-        result: Any = await HANDLERS[api_key](self.server.context, version, corr, req, frame)
-        if result is None:
-            return
-        cost = len(frame) if api_key == PRODUCE and isinstance(result, asyncio.Future) else 0
-        self._push(result, cost)
+        self._push(result, len(ev.frame) if api.priced else 0, (api, call))
 
-    def _push(self, item: Any, cost: int) -> None:
-        if item is not _CLOSE:
-            self._inflight += 1
-            self._pending_bytes += cost
-            self.server.pending_produce_bytes += cost
-        self._queue.append((item, cost))
+    def _error_answer(self, api: Api, call: Call, exc: BaseException) -> Any:
+        """UNKNOWN_SERVER_ERROR in the request's own shape for a handler that
+        raised (Kafka's answer to an unexpected exception); logged with who asked,
+        and counted. None: no answer (acks=0); _CLOSE: none could be formed."""
+        self.server.handler_errors += 1
+        log.error(
+            "kafka.handler_error api=%s version=%d peer=%s %s: %r",
+            api_name(api.key),
+            call.version,
+            self.peer,
+            self.state.client(),
+            exc,
+            exc_info=exc,
+        )
+        try:
+            answer = api.error_response(
+                call.version, call.corr, call.req, ErrorCode.unknown_server_error
+            )
+        except Exception:
+            log.exception("kafka.error_response_failed api=%s", api_name(api.key))
+            return _CLOSE
+        if answer is None and getattr(call.req, "acks", None) != 0:
+            return _CLOSE
+        return answer
+
+    def _push(self, item: Any, cost: int, origin: tuple[Api, Call] | None) -> None:
+        self.state.admit(cost)
+        self.server.pending_produce_bytes += cost
+        self._queue.append((item, cost, origin))
         self._queue_wake.set()
 
     # ------------------------------------------------------------- writing
 
     async def _write_loop(self) -> None:
         writer = self.writer
+        st = self.state
         while True:
             if not self._queue:
                 self._queue_wake.clear()
                 await self._queue_wake.wait()
                 continue
-            item, cost = self._queue.popleft()
+            item, cost, origin = self._queue.popleft()
             if item is _CLOSE:
                 return
+            data: Any = None
             try:
-                data = await item if isinstance(item, asyncio.Future) else item
+                if isinstance(item, asyncio.Future):
+                    try:
+                        data = await item
+                    except Exception as exc:  # the handler's future failed: answer it
+                        if origin is None:
+                            raise
+                        data = self._error_answer(*origin, exc)
+                else:
+                    data = item
             finally:
-                self._inflight -= 1
-                self._pending_bytes -= cost
+                parts = st.send(None if data is _CLOSE else data, cost)
                 self.server.release_produce_bytes(cost)
                 self._room.set()
-            if data is None:
+            if data is _CLOSE:  # not even an error answer could be formed
+                st.close(CloseReason.NO_ERROR_ANSWER)
+                self.closed_reason = CloseReason.NO_ERROR_ANSWER.value
+                self.writer.close()
+                return
+            if not parts:
                 continue
-            if isinstance(data, list):
-                size = sum(len(p) for p in data)
-                writer.write(_SIZE.pack(size))
-                writer.writelines(data)
-            else:
-                writer.write(_SIZE.pack(len(data)) + data)
+            writer.writelines(parts)
             await writer.drain()
             # A response is activity too: idleness counts from the later of the
             # last read started and the last response written (as Kafka's).
@@ -266,6 +292,7 @@ class Connection:
 
     def abort(self) -> None:
         """Server shutdown: drop the socket and stop writing at once."""
+        self.state.close(CloseReason.SHUTDOWN)
         transport = self.writer.transport
         if transport is not None:
             transport.abort()
