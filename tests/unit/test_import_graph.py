@@ -1,8 +1,9 @@
 """The import graph of the source tree, read with `ast` (nothing is imported).
 
-Every import counts, eager or lazy (inside a function, under TYPE_CHECKING): a lazy import
-is still a dependency, and the house rule is "no import cycles, not even lazy ones". An
-import of a module also runs its parent packages' __init__, so those are edges too.
+Every import that can run counts, eager or lazy (inside a function): a lazy import is still
+a dependency, and the house rule is "no import cycles, not even lazy ones". Imports under
+`if TYPE_CHECKING:` never run and are not edges (annotations only). An import of a module
+also runs its parent packages' __init__, so those are edges too.
 
 Layers (README, "Layout"): raftlog <- sink <- {connectors, tools}; connectors reach sink only
 through the read API's thin client; the tools (chaos/, demos/) depend on the product, never
@@ -63,11 +64,32 @@ def _resolve(name: str) -> str | None:
     return None
 
 
+def _is_type_checking(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
+
+
+def _runnable_nodes(tree: ast.AST) -> Iterable[ast.AST]:
+    """Every node except the bodies of `if TYPE_CHECKING:` (their else branch runs)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if _is_type_checking(node):
+            todo.extend(node.orelse)  # type: ignore[attr-defined]
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
 def _imports(name: str, path: pathlib.Path) -> set[str]:
     tree = ast.parse(path.read_text(), str(path))
     is_pkg = path.name == "__init__.py"
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _runnable_nodes(tree):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
