@@ -34,9 +34,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import machine, percentile, print_targets
 
-from raftlog.local_cluster import free_ports
-from sink.local_cluster import LocalSinkCluster
-from sink.read_api import ReadApiClient
+from raftlog.process_cluster import free_ports
+from sink.process_cluster import SinkProcessCluster
+from sink.readapi import ReadApiClient
 
 PARTITIONS = 4
 MiB = 1024 * 1024
@@ -263,7 +263,7 @@ def main() -> int:
         f"mode: {'quick' if args.quick else 'full'}; raftsink: 3 processes, fsync on, {PARTITIONS} partitions"
     )
     fig: dict = {"mode": "quick" if args.quick else "full"}
-    cluster = LocalSinkCluster(os.path.join(base, "raftsink"), default_partitions=PARTITIONS)
+    cluster = SinkProcessCluster(os.path.join(base, "raftsink"), default_partitions=PARTITIONS)
     cluster.start()
     try:
         asyncio.run(cluster.wait_ready())

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import machine, print_targets
 
-from raftlog.local_cluster import ProcessCluster, free_ports
+from raftlog.process_cluster import RaftProcessCluster, free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = {"100b": 100, "1k": 1024, "64k": 65536}
@@ -38,7 +38,7 @@ CONCURRENCY = {"100b": 512, "1k": 512, "64k": 64}
 
 
 async def raftlog_figures(base: str, seconds: float) -> dict:
-    c = ProcessCluster(os.path.join(base, "raftlog"))
+    c = RaftProcessCluster(os.path.join(base, "raftlog"))
     c.start()
     out: dict = {}
     try:
@@ -76,7 +76,7 @@ async def raftlog_figures(base: str, seconds: float) -> dict:
     return out
 
 
-async def failover(c: ProcessCluster, leader: int) -> float:
+async def failover(c: RaftProcessCluster, leader: int) -> float:
     """kill -9 the leader; time until some other node commits a new entry."""
     others = [i for i in c.nodes if i != leader]
     value = os.urandom(16).hex()

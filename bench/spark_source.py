@@ -1,6 +1,6 @@
 """Benchmark: the raftsink Spark source into Parquet, against an in-memory Arrow ceiling.
 
-A 3-node LocalSinkCluster; confluent-kafka writes N records of 100 B to a topic with 2
+A 3-node SinkProcessCluster; confluent-kafka writes N records of 100 B to a topic with 2
 partitions; then in ONE SparkSession (local[2]):
   - throughput: availableNow queries into Parquet, alternating the raftsink source and an
     in-memory Arrow source (same schema, same rows per input partition: the ceiling of the
@@ -255,10 +255,10 @@ def main() -> None:
     from pyspark.sql import SparkSession
 
     from connectors.spark import register
-    from sink.local_cluster import LocalSinkCluster
+    from sink.process_cluster import SinkProcessCluster
 
     base = tempfile.mkdtemp(prefix="raftsink-bench-spark-")
-    cluster = LocalSinkCluster(os.path.join(base, "cluster"), 3, default_partitions=2)
+    cluster = SinkProcessCluster(os.path.join(base, "cluster"), 3, default_partitions=2)
     cluster.start()
     t_start = time.monotonic()
     try:

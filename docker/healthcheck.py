@@ -23,7 +23,7 @@ def address() -> str:
 
 
 async def check(addr: str) -> dict:
-    from sink.read_api import ReadApiClient
+    from sink.readapi import ReadApiClient
 
     client = ReadApiClient(addr)
     try:

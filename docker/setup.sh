@@ -3,13 +3,16 @@
 #
 #   docker/setup.sh            engine + sweep of leftover test containers + base image + raftsink:dev
 #   docker/setup.sh engine     only make sure an engine answers (and sweep leftovers)
-#   docker/setup.sh image      only (re)build the image (engine must answer); ~0.2 s when unchanged
+#   docker/setup.sh image      only (re)build the image (engine must answer); ~0.2 s when unchanged;
+#                              also raftsink-client:dev (the image + confluent-kafka) that the
+#                              container tests run in-network clients from
 #   docker/setup.sh spark      build raftsink-spark:dev (+ pyspark, pyarrow, a JRE) for compose's
 #                              spark-demo service (about 2 min and 1 GB the first time)
 #
 # Environment:
 #   RAFTSINK_IMAGE       tag to build (default raftsink:dev)
 #   RAFTSINK_SPARK_IMAGE tag of the Spark demo image (default raftsink-spark:dev)
+#   RAFTSINK_CLIENT_IMAGE tag of the test client image (default raftsink-client:dev)
 #   BASE_IMAGE           base to build from (default: python:3.11-slim when present or pullable,
 #                        else an offline Debian bookworm base made with debootstrap)
 #   DEBIAN_MIRROR        mirror for debootstrap (default: the first one in this machine's apt sources)
@@ -23,6 +26,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 IMAGE="${RAFTSINK_IMAGE:-raftsink:dev}"
 SPARK_IMAGE="${RAFTSINK_SPARK_IMAGE:-raftsink-spark:dev}"
+CLIENT_IMAGE="${RAFTSINK_CLIENT_IMAGE:-raftsink-client:dev}"
 OFFLINE_BASE="local/python3.11-bookworm:minbase"
 DOCKERD_LOG=/var/log/raftsink-dockerd.log
 export DOCKER_BUILDKIT=0 # classic builder: portable, and what docker-py/testcontainers use
@@ -221,7 +225,7 @@ build_image() {
     if ! tar -c --dereference --owner=0 --group=0 --numeric-owner --mode='u+rwX,go+rX,go-w' \
         --sort=name --exclude='__pycache__' --exclude='*.pyc' --exclude='*.egg-info' --exclude='*.so' \
         --exclude='docker/extra-ca.crt' \
-        -C "$ROOT" pyproject.toml setup.py README.md raftlog sink connectors docker "${extra[@]}" |
+        -C "$ROOT" pyproject.toml setup.py README.md raftlog sink connectors chaos demos docker "${extra[@]}" |
         docker build -f docker/Dockerfile --build-arg BASE_IMAGE="$base" "$@" -t "$tag" - >"$log" 2>&1; then
         tail -n 40 "$log" >&2
         die "image build failed; full log: $log"
@@ -235,6 +239,20 @@ build_image() {
     docker image prune -f --filter label=org.opencontainers.image.title=raftsink >/dev/null 2>&1 || true
 }
 
+# The container tests' client image: FROM the node image, plus a Kafka client (no context).
+build_client_image() {
+    local log
+    log="$(mktemp /tmp/raftsink-build.XXXXXX.log)"
+    if ! docker build --build-arg NODE_IMAGE="$IMAGE" -t "$CLIENT_IMAGE" - \
+        <"$ROOT/docker/Dockerfile.client" >"$log" 2>&1; then
+        tail -n 40 "$log" >&2
+        die "client image build failed; full log: $log"
+    fi
+    rm -f "$log"
+    say "built $CLIENT_IMAGE ($(docker image inspect -f '{{.Size}}' "$CLIENT_IMAGE" | awk '{printf "%d MB", $1/1e6}'))"
+    docker image prune -f --filter label=org.opencontainers.image.title=raftsink-client >/dev/null 2>&1 || true
+}
+
 case "${1:-all}" in
     engine)
         ensure_engine
@@ -243,6 +261,7 @@ case "${1:-all}" in
     image)
         engine_answers || die "no Docker engine answers (run docker/setup.sh first)"
         build_image "$IMAGE"
+        build_client_image
         ;;
     spark)
         engine_answers || die "no Docker engine answers (run docker/setup.sh first)"
@@ -252,6 +271,7 @@ case "${1:-all}" in
         ensure_engine
         sweep_leftovers
         build_image "$IMAGE"
+        build_client_image
         ;;
     *)
         echo "usage: docker/setup.sh [all|engine|image|spark]" >&2

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv inside the repo and installs raftsink with its dev extras.
+# Creates .venv inside the repo and installs raftsink with its dev extras (everything: the
+# server, the Spark source, the demo, the fault campaign, the test and bench stack).
 # Idempotent and fast when warm: the install is skipped while pyproject.toml is
 # unchanged since the last successful install (stamp file in .venv), as are setup.py
 # and the C source it compiles.
@@ -37,9 +38,28 @@ fi
 # connectors/spark/_v2records.c in place; an edit to it needs a rebuild).
 want="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/connectors/spark/_v2records.c" |
     sha256sum | cut -d' ' -f1)"
+# pip's chatter is kept out of the way: this machine's pip.conf names local indexes that may
+# not exist (one "Location ... is ignored" warning per package) and setuptools prints an
+# editable-install banner. Each step's output goes to a log that is shown in full only when
+# the step fails, so real errors are never hidden.
+quiet_pip() {  # quiet_pip WHAT ARGS...
+    local what="$1" log
+    shift
+    log="$(mktemp "${TMPDIR:-/tmp}/raftsink-pip.XXXXXX.log")"
+    if ! "$VENV/bin/python" -m pip "$@" >"$log" 2>&1; then
+        echo "bootstrap: $what failed; pip's output:" >&2
+        cat "$log" >&2
+        rm -f "$log"
+        return 1
+    fi
+    rm -f "$log"
+}
+
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
-    echo "bootstrap: installing raftsink and dependencies (first run builds pyspark, ~1-2 min)" >&2
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
-    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]" >&2
+    echo "bootstrap: installing raftsink[dev] and dependencies (first run builds pyspark, ~1-2 min)" >&2
+    t0=$(date +%s)
+    quiet_pip "upgrading pip" install --upgrade pip
+    quiet_pip "installing raftsink[dev]" install -e "$ROOT[dev]"
     echo "$want" > "$STAMP"
+    echo "bootstrap: installed in $(($(date +%s) - t0)) s" >&2
 fi

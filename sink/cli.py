@@ -4,7 +4,8 @@ raftsink serve   run one node (config from --config FILE, RAFTSINK_* variables, 
 raftsink local   a 3-node cluster on 127.0.0.1 as subprocesses; prints the bootstrap servers
 raftsink status  role, term, commit/applied index, lag and partitions of every node
 raftsink verify  read-only integrity check of a stopped node's storage
-raftsink demo    the main job on the embedded default
+raftsink demo    the main job on the embedded default (a tool: demos/, entry point)
+raftsink chaos   the fault campaign (a tool: chaos/, entry point)
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_local(args: argparse.Namespace) -> int:
-    from sink.local_cluster import LocalSinkCluster
+    from sink.process_cluster import SinkProcessCluster
 
     own = args.data_dir is None
     base = args.data_dir or tempfile.mkdtemp(prefix="raftsink-local-")
-    cluster = LocalSinkCluster(base, n=args.nodes, default_partitions=args.partitions)
+    cluster = SinkProcessCluster(base, n=args.nodes, default_partitions=args.partitions)
     stop = {"flag": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -81,7 +82,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from sink.read_api import ReadApiClient
+    from sink.readapi import ReadApiClient
 
     if args.cluster:
         with open(args.cluster) as f:
@@ -145,20 +146,25 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    if args.storage:
-        from sink.demos import storage_demo
-
-        return storage_demo(data_dir=args.data_dir, seconds=args.seconds, seed=args.seed)
-    from sink.pipeline_demo import run_pipeline
-
-    return run_pipeline(data_dir=args.data_dir, records=args.records, keep=args.keep)
+COMMAND_GROUP = "raftsink.commands"
+"""Entry-point group of the tools' commands (`raftsink demo`, `raftsink chaos`). Each entry
+names a module (or object) with HELP: str, add_arguments(parser) and run(args) -> int; the
+tools live outside this package (demos/, chaos/), so sink never imports them. Their modules
+must be light: every `raftsink` invocation loads them to build the parser."""
 
 
-def _cmd_chaos(args: argparse.Namespace) -> int:
-    from sink.chaos.__main__ import run_from_args
+def _add_tool_commands(sub: argparse._SubParsersAction) -> None:
+    from importlib.metadata import entry_points
 
-    return run_from_args(args)
+    for ep in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
+        try:
+            command = ep.load()
+        except Exception as exc:  # a broken tool must not take `raftsink serve` down
+            print(f"raftsink: command {ep.name!r} unavailable: {exc}", file=sys.stderr)
+            continue
+        p = sub.add_parser(ep.name, help=command.HELP, description=command.HELP)
+        command.add_arguments(p)
+        p.set_defaults(func=command.run)
 
 
 def _setup_logging(level: str) -> None:
@@ -205,24 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=_cmd_verify)
 
-    p = sub.add_parser(
-        "demo",
-        help="the main job: producers -> 3-node cluster -> Spark streaming -> Parquet, with a leader kill",
-    )
-    p.add_argument("--data-dir", default=None, help="where to keep data (default: a temp dir)")
-    p.add_argument(
-        "--records", type=int, default=150_000, help="records to produce (default 150000)"
-    )
-    p.add_argument("--keep", action="store_true", help="keep the temporary data dir")
-    p.add_argument("--storage", action="store_true", help="run the storage crash demo instead")
-    p.add_argument("--seconds", type=float, default=4.0, help="storage demo: writer round length")
-    p.add_argument("--seed", type=int, default=None, help="storage demo: crash schedule seed")
-    p.set_defaults(func=_cmd_demo)
-    p = sub.add_parser("chaos", help="Jepsen-style fault campaign on a local 3-node cluster")
-    from sink.chaos.__main__ import add_arguments
-
-    add_arguments(p)
-    p.set_defaults(func=_cmd_chaos)
+    _add_tool_commands(sub)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Synchronous, failing-over access to the cluster's read API (sink.read_api.ReadApiClient).
+"""Synchronous, failing-over access to the cluster's read API (sink.readapi.ReadApiClient).
 
 Spark calls the source from plain threads in several processes (source runner, planner,
 executor workers), none with an event loop of ours, so each process runs one private asyncio
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from connectors.spark.errors import ClusterUnreachableError
 from connectors.spark.offsets import TopicPartition
-from sink.read_api import ReadApiClient
+from sink.readapi import ReadApiClient
 
 log = logging.getLogger("connectors.spark")
 T = TypeVar("T")

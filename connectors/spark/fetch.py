@@ -26,7 +26,7 @@ from connectors.spark.errors import (
     RaftsinkSourceError,
 )
 from connectors.spark.planning import OffsetRange
-from sink.read_api import ERR_NONE, ERR_OFFSET_OUT_OF_RANGE, ERR_UNKNOWN_TOPIC_OR_PARTITION
+from sink.readapi import ERR_NONE, ERR_OFFSET_OUT_OF_RANGE, ERR_UNKNOWN_TOPIC_OR_PARTITION
 
 log = logging.getLogger("connectors.spark")
 

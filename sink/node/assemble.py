@@ -34,7 +34,7 @@ from raftlog.transport import GrpcTransport, TransportOptions
 from sink.config import SinkConfig, parse_hostport
 from sink.kafka.server import KafkaServer
 from sink.metrics import NodeCollector, make_registry
-from sink.read_api import ReadApiService
+from sink.readapi.server import ReadApiService
 from sink.service import SinkService
 from sink.state import SinkStateMachine
 

@@ -86,11 +86,18 @@ def raftsink_image(docker_engine) -> str:
     return os.environ.get("RAFTSINK_IMAGE", "raftsink:dev")
 
 
+@pytest.fixture(scope="session")
+def client_image(raftsink_image) -> str:
+    """The node image plus confluent-kafka, for clients inside the cluster's network (the
+    node image has the server's base install only); `docker/setup.sh image` builds both."""
+    return os.environ.get("RAFTSINK_CLIENT_IMAGE", "raftsink-client:dev")
+
+
 @pytest.fixture
 def container_cluster(request, raftsink_image):
     """A started 3-node cluster with an elected leader; torn down after the test (logs of
     every node are printed when the test failed)."""
-    from tests.containers.cluster import ContainerCluster
+    from tests.containers.container_cluster import ContainerCluster
 
     partitions = getattr(request, "param", None) or 3
     t0 = time.monotonic()

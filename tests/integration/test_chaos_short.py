@@ -1,4 +1,4 @@
-"""A short fault campaign (sink.chaos) in CI: 3 real node processes behind the
+"""A short fault campaign (chaos) in CI: 3 real node processes behind the
 fault-injecting proxy, idempotent producers, Kafka and read API consumers,
 kill -9 / SIGSTOP / network partitions / fsync stalls from a fixed seed. The
 checkers must report 0 anomalies, and the nemesis must really have injected
@@ -17,8 +17,8 @@ import pytest
 pytest.importorskip("confluent_kafka")
 pytest.importorskip("aiokafka")
 
-from sink.chaos import run_campaign
-from sink.chaos.nemesis import KINDS
+from chaos import run_campaign
+from chaos.nemesis import KINDS
 
 SEED = int(os.environ.get("RAFTSINK_CHAOS_SEED", "20240607"))
 SECONDS = float(os.environ.get("RAFTSINK_CHAOS_SECONDS", "110"))

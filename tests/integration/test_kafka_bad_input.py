@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from sink.kafka import KafkaLimits
-from sink.local_cluster import LocalSinkCluster
+from sink.process_cluster import SinkProcessCluster
 from tests.helpers.kafka_wire import encode_request, read_response
 from tests.helpers.sink_cluster import SinkCluster
 from tests.unit.sink.batches import make_batch
@@ -320,7 +320,7 @@ def test_backpressure_stops_reading_when_pending_full(tmp_path):
 @pytest.fixture(scope="module")
 def node_process(tmp_path_factory):
     """One REAL node process (kio's abort took the whole process down)."""
-    c = LocalSinkCluster(str(tmp_path_factory.mktemp("killer")), n=1, log_level="INFO")
+    c = SinkProcessCluster(str(tmp_path_factory.mktemp("killer")), n=1, log_level="INFO")
     c.start()
     try:
         asyncio.run(c.wait_ready())

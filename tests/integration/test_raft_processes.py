@@ -8,7 +8,7 @@ import asyncio
 import os
 import random
 
-from raftlog.local_cluster import ProcessCluster
+from raftlog.process_cluster import RaftProcessCluster
 
 
 def run(coro):
@@ -30,7 +30,7 @@ def test_kill_leader_while_proposing(tmp_path):
     rng = random.Random(seed)
 
     async def main():
-        c = ProcessCluster(str(tmp_path), tick_ms=20, election_ticks=10)
+        c = RaftProcessCluster(str(tmp_path), tick_ms=20, election_ticks=10)
         c.start()
         try:
             leader = await c.wait_leader()
@@ -87,7 +87,9 @@ def test_kill_leader_while_proposing(tmp_path):
             assert not missing, f"{len(missing)} acknowledged entries lost, seed={seed}"
             indexes = [idx for idx, _ in logs[0]]
             assert indexes == sorted(indexes)
-            print(f"victim={victim} killed after {kill_after} acks; acked={len(acked)} applied={len(values)} new_leader={new_leader}")
+            print(
+                f"victim={victim} killed after {kill_after} acks; acked={len(acked)} applied={len(values)} new_leader={new_leader}"
+            )
         finally:
             c.stop_all()
 

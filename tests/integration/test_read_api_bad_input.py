@@ -8,8 +8,8 @@ import grpc
 import pytest
 from confluent_kafka import Producer
 
-from sink.local_cluster import LocalSinkCluster
-from sink.read_api import (
+from sink.process_cluster import SinkProcessCluster
+from sink.readapi import (
     ERR_INVALID_REQUEST,
     ERR_OFFSET_OUT_OF_RANGE,
     ERR_UNKNOWN_TOPIC_OR_PARTITION,
@@ -18,7 +18,7 @@ from sink.read_api import (
 
 
 def test_broken_read_api_requests(tmp_path):
-    cluster = LocalSinkCluster(str(tmp_path))
+    cluster = SinkProcessCluster(str(tmp_path))
     cluster.start()
     try:
         leader = asyncio.run(cluster.wait_ready())

@@ -16,7 +16,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from sink.local_cluster import LocalSinkCluster  # noqa: E402
+from sink.process_cluster import SinkProcessCluster  # noqa: E402
 
 TOPIC = "failover"
 PARTITIONS = 3
@@ -118,7 +118,7 @@ def test_idempotent_producer_survives_two_leader_kills(tmp_path):
     seed = int(os.environ.get("RAFTSINK_FAILOVER_SEED", random.randrange(2**32)))
     print(f"seed={seed}")
     rng = random.Random(seed)
-    cluster = LocalSinkCluster(str(tmp_path), default_partitions=PARTITIONS)
+    cluster = SinkProcessCluster(str(tmp_path), default_partitions=PARTITIONS)
     cluster.start()
     try:
         leader = asyncio.run(cluster.wait_ready())

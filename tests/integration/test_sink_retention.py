@@ -9,8 +9,8 @@ import time
 
 from confluent_kafka import Producer
 
-from sink.local_cluster import LocalSinkCluster
-from sink.read_api import ERR_OFFSET_OUT_OF_RANGE, ReadApiClient
+from sink.process_cluster import SinkProcessCluster
+from sink.readapi import ERR_OFFSET_OUT_OF_RANGE, ReadApiClient
 
 TOPIC = "ret"
 
@@ -40,7 +40,7 @@ async def wait_log_start(client: ReadApiClient, cond, what: str, timeout: float 
 
 
 def test_pipeline_holds_retention_until_commit_and_hard_limit_wins(tmp_path):
-    cluster = LocalSinkCluster(
+    cluster = SinkProcessCluster(
         str(tmp_path),
         extra_args=[
             "--snapshot-every-entries",

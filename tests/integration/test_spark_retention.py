@@ -11,8 +11,8 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from sink.local_cluster import LocalSinkCluster
-from sink.read_api import ReadApiClient
+from sink.process_cluster import SinkProcessCluster
+from sink.readapi import ReadApiClient
 
 TOPIC = "guard"
 
@@ -68,7 +68,7 @@ def run_once(spark, nodes: str, ckpt: str, out: str, fail_on_data_loss: bool) ->
 
 
 def test_uncommitted_data_survives_and_loss_is_reported(tmp_path, spark):
-    cluster = LocalSinkCluster(
+    cluster = SinkProcessCluster(
         str(tmp_path / "cluster"),
         extra_args=[
             "--snapshot-every-entries", "25",

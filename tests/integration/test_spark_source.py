@@ -1,4 +1,4 @@
-"""The raftsink Spark source against a real 3-node LocalSinkCluster.
+"""The raftsink Spark source against a real 3-node SinkProcessCluster.
 
 1. Batch read returns exactly what confluent-kafka producers wrote (key, value, headers,
    offsets, timestamps), through two codecs; bad input gives actionable errors.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import os
 import random
@@ -126,9 +127,9 @@ ck = pytest.importorskip("confluent_kafka")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    from sink.local_cluster import LocalSinkCluster
+    from sink.process_cluster import SinkProcessCluster
 
-    c = LocalSinkCluster(str(tmp_path_factory.mktemp("spark-sink")), 3, default_partitions=2)
+    c = SinkProcessCluster(str(tmp_path_factory.mktemp("spark-sink")), 3, default_partitions=2)
     c.start()
     try:
         asyncio.run(c.wait_ready(timeout=60))
@@ -306,6 +307,22 @@ def count_commits(ckpt: str) -> int:
     return len([f for f in os.listdir(d) if f.isdigit()]) if os.path.isdir(d) else 0
 
 
+_DRIVERS: list[subprocess.Popen] = []
+"""Driver processes started by the running test; killed at its end, pass or fail (each is a
+Python process and a JVM in their own session, which nothing else would reap)."""
+
+
+@pytest.fixture
+def reap_drivers():
+    yield
+    while _DRIVERS:
+        proc = _DRIVERS.pop()
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def start_driver(c, paths: dict, log_path: str, available_now: bool = False):
     cmd = [
         sys.executable,
@@ -322,9 +339,11 @@ def start_driver(c, paths: dict, log_path: str, available_now: bool = False):
     ] + (["--available-now"] if available_now else [])
     # Own process group: SIGKILL reaches the Python driver and its JVM at once.
     with open(log_path, "ab") as log:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             cmd, stdout=log, stderr=log, start_new_session=True, cwd=os.path.dirname(paths["out"])
         )
+    _DRIVERS.append(proc)
+    return proc
 
 
 def tail(path: str, n: int = 3000) -> str:
@@ -332,7 +351,7 @@ def tail(path: str, n: int = 3000) -> str:
         return f.read()[-n:].decode(errors="replace")
 
 
-def test_exactly_once_through_leader_and_driver_kills(cluster, spark, tmp_path):
+def test_exactly_once_through_leader_and_driver_kills(cluster, spark, tmp_path, reap_drivers):
     seed = int(os.environ.get("RAFTSINK_E2E_SEED", random.randrange(1 << 30)))
     print("seed", seed, "(set RAFTSINK_E2E_SEED to replay)")
     rng = random.Random(seed)

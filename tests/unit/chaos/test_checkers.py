@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from sink.chaos import checkers
-from sink.chaos.checkers import ANOMALY_KINDS, check_all
+from chaos import checkers
+from chaos.checkers import ANOMALY_KINDS, check_all
 
 
 class H:

@@ -6,9 +6,9 @@ import itertools
 import socket
 import threading
 
-from raftlog.local_cluster import free_ports
-from sink.chaos.nemesis import KINDS, ScheduleOptions, make_schedule, schedule_json
-from sink.chaos.proxy import ProxyControl
+from chaos.nemesis import KINDS, ScheduleOptions, make_schedule, schedule_json
+from chaos.proxy import ProxyControl
+from raftlog.process_cluster import free_ports
 
 
 def test_schedule_is_a_function_of_the_seed():
@@ -97,6 +97,6 @@ def test_proxy_blocks_and_heals_a_link():
 
 
 def test_cli_kinds_match_the_nemesis():
-    from sink.chaos.__main__ import KINDS as CLI_KINDS
+    from chaos.command import KINDS as CLI_KINDS
 
     assert tuple(CLI_KINDS) == KINDS

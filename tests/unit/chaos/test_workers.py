@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from sink.chaos import report
-from sink.chaos.campaign import reader_outcomes
-from sink.chaos.history import History, completions
-from sink.chaos.workload import Control, KafkaConsumerWorker, Worker
+from chaos import report
+from chaos.campaign import reader_outcomes
+from chaos.history import History, completions
+from chaos.workload import Control, KafkaConsumerWorker, Worker
 
 
 class Boom(Worker):

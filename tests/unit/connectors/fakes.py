@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from connectors.spark.cluster import PartitionState, ReadCluster
-from sink import read_api_pb2 as pb
-from sink.read_api import ERR_OFFSET_OUT_OF_RANGE, ERR_UNKNOWN_TOPIC_OR_PARTITION
+from sink.readapi import ERR_OFFSET_OUT_OF_RANGE, ERR_UNKNOWN_TOPIC_OR_PARTITION
+from sink.readapi import read_api_pb2 as pb
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 

@@ -11,7 +11,7 @@ from connectors.spark.offsets import EARLIEST, LATEST, OffsetSpec
 from connectors.spark.options import Subscription, parse_options
 from connectors.spark.resolve import batch_range, check_exists, next_end
 from connectors.spark.stream import RaftsinkStreamReader
-from sink.read_api import ReadApiClient
+from sink.readapi import ReadApiClient
 from tests.unit.connectors.fakes import FakeCluster, FakeLog, Rec
 
 SUB = Subscription("subscribe", topics=("a", "b"))

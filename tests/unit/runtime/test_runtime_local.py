@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from raftlog.runtime import LeaderChangedError, NodeOptions, NotLeaderError
-from tests.helpers.cluster import FAST, LocalCluster, wait_until
+from tests.helpers.raft_inprocess import FAST, InProcessRaftCluster, wait_until
 
 
 def run(coro):
@@ -16,7 +16,7 @@ def run(coro):
 
 def test_replicates_and_applies_everywhere_in_order(tmp_path):
     async def main():
-        c = LocalCluster(str(tmp_path))
+        c = InProcessRaftCluster(str(tmp_path))
         await c.start()
         leader = await c.leader()
         results = await asyncio.gather(*(leader.apply(b"v%d" % i) for i in range(200)))
@@ -39,7 +39,7 @@ def test_replicates_and_applies_everywhere_in_order(tmp_path):
 
 def test_failover_and_restart_catch_up(tmp_path):
     async def main():
-        c = LocalCluster(str(tmp_path))
+        c = InProcessRaftCluster(str(tmp_path))
         await c.start()
         old = await c.leader()
         await asyncio.gather(*(old.apply(b"a%d" % i) for i in range(50)))
@@ -60,7 +60,7 @@ def test_failover_and_restart_catch_up(tmp_path):
 
 def test_isolated_leader_steps_down_and_fails_pending_proposals(tmp_path):
     async def main():
-        c = LocalCluster(str(tmp_path))
+        c = InProcessRaftCluster(str(tmp_path))
         await c.start()
         old = await c.leader()
         c.net.isolate(old.id)
@@ -89,7 +89,7 @@ def test_snapshot_compacts_and_a_new_node_state_is_rebuilt(tmp_path):
             snapshot_every_entries=50,
             snapshot_keep_entries=10,
         )
-        c = LocalCluster(str(tmp_path), options=opts)
+        c = InProcessRaftCluster(str(tmp_path), options=opts)
         await c.start()
         leader = await c.leader()
         lagging = next(i for i in c.ids if i != leader.id)
@@ -110,7 +110,7 @@ def test_snapshot_compacts_and_a_new_node_state_is_rebuilt(tmp_path):
 
 def test_membership_learner_promotion_and_removal(tmp_path):
     async def main():
-        c = LocalCluster(str(tmp_path))
+        c = InProcessRaftCluster(str(tmp_path))
         await c.start()
         leader = await c.leader()
         await asyncio.gather(*(leader.apply(b"m%d" % i) for i in range(30)))
@@ -142,7 +142,7 @@ def test_stale_and_foreign_messages_are_harmless(tmp_path):
     from raftlog.entry import EntryType, LogEntry
 
     async def main():
-        c = LocalCluster(str(tmp_path))
+        c = InProcessRaftCluster(str(tmp_path))
         await c.start()
         leader = await c.leader()
         await asyncio.gather(*(leader.apply(b"s%d" % i) for i in range(10)))

@@ -1,4 +1,4 @@
-"""sink.read_wire against protobuf's own FetchReply encoding, both directions."""
+"""sink.readapi.wire against protobuf's own FetchReply encoding, both directions."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from sink import read_api_pb2 as pb
-from sink.read_wire import WireError, decode_fetch_reply, encode_fetch_reply
+from sink.readapi import read_api_pb2 as pb
+from sink.readapi.wire import WireError, decode_fetch_reply, encode_fetch_reply
 
 SEED = int(os.environ.get("RAFTSINK_WIRE_SEED", random.randrange(1 << 30)))
 

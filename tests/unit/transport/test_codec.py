@@ -132,7 +132,7 @@ def test_generated_code_matches_the_proto(tmp_path):
 
     root = pathlib.Path(__file__).resolve().parents[3]
     subprocess.run(["bash", str(root / "scripts" / "gen_proto.sh"), str(tmp_path)], check=True)
-    for name, where in (("raft_pb2.py", "raftlog/transport"), ("read_api_pb2.py", "sink")):
+    for name, where in (("raft_pb2.py", "raftlog/transport"), ("read_api_pb2.py", "sink/readapi")):
         fresh = (tmp_path / name).read_text()
         checked_in = (root / where / name).read_text()
         assert fresh == checked_in, f"{name} is stale: run scripts/gen_proto.sh"

@@ -98,14 +98,14 @@ class Producers:
 
 def run_pipeline(data_dir: str | None = None, records: int = 150_000, keep: bool = False) -> int:
     from connectors.spark import local_session
-    from sink.local_cluster import LocalSinkCluster
+    from sink.process_cluster import SinkProcessCluster
 
     own = data_dir is None
     base = os.path.abspath(data_dir or tempfile.mkdtemp(prefix="raftsink-demo-"))
     out, ckpt = os.path.join(base, "table"), os.path.join(base, "checkpoint")
     t_start = time.monotonic()
     _log(f"raftsink demo: data in {base}")
-    cluster = LocalSinkCluster(os.path.join(base, "cluster"), default_partitions=PARTITIONS)
+    cluster = SinkProcessCluster(os.path.join(base, "cluster"), default_partitions=PARTITIONS)
     cluster.start()
     spark = None
     try:

@@ -77,7 +77,7 @@ class NodeProc:
     proc: subprocess.Popen | None = None
 
 
-class ProcessCluster:
+class RaftProcessCluster:
     def __init__(
         self,
         base_dir: str,

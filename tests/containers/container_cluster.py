@@ -31,7 +31,7 @@ os.environ.setdefault("TESTCONTAINERS_CONNECTION_MODE", "docker_host")
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
-from sink.read_api import ReadApiClient
+from sink.readapi import ReadApiClient
 
 RAFT_PORT, KAFKA_PORT, EXTERNAL_KAFKA_PORT, READ_API_PORT = 7001, 9092, 9093, 7101
 

@@ -1,4 +1,4 @@
-"""`python -m sink.chaos.node serve ...`: `raftsink serve` with a disk-stall hook.
+"""`python -m chaos.node serve ...`: `raftsink serve` with a disk-stall hook.
 
 The campaign starts its nodes through this wrapper instead of `sink.cli` so it
 can slow down a node's disk without touching raftlog: before handing over to

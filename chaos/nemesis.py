@@ -17,7 +17,7 @@ Kinds (one fault at a time, then healed, then a quiet gap):
                                    the others but cannot send to them)
     disk        the target's fsyncs block ("stall") or take 0.3 s each ("slow"),
                 or the target's and a second node's block ("stall-majority": no
-                commit is possible) until the window ends (sink.chaos.node hook)
+                commit is possible) until the window ends (chaos.node hook)
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sink.chaos.cluster import ChaosCluster, link
-from sink.chaos.history import History
+from chaos.fault_cluster import ChaosCluster, link
+from chaos.history import History
 
 KINDS = ("kill", "pause", "partition", "disk")
 PARTITION_MODES = ("isolate-leader", "isolate-node", "bridge", "one-way-leader")

@@ -1,10 +1,11 @@
-"""The campaign's cluster: LocalSinkCluster with faults.
+"""The campaign's cluster: SinkProcessCluster with faults.
 
 - Raft traffic goes through the fault-injecting proxy: node i's --peers
   string gives every OTHER node j the raft address 127.0.0.1:P_ij (a proxy
   port forwarding to j's real Raft port); its own entry is real. Kafka and
   read API addresses are real (clients reach every node directly).
-- Nodes run `python -m sink.chaos.node serve ...` (the disk-stall hook).
+- Nodes run `python -m chaos.node serve ...` (the disk-stall hook), through the
+  launcher's public hooks (node_wrapper, peers_for, env_for).
 - kill -9 / restart, SIGSTOP / SIGCONT, disk stalls; every start of a node
   increments its incarnation number (gen), used by the high-watermark checker.
 """
@@ -15,12 +16,12 @@ import contextlib
 import os
 import signal
 
-from raftlog.local_cluster import free_ports
-from sink.chaos.node import STALL_ENV
-from sink.chaos.proxy import ProxyControl
+from chaos.node import STALL_ENV
+from chaos.proxy import ProxyControl
+from raftlog.process_cluster import free_ports
 from sink.config import Peer, format_peers
-from sink.local_cluster import LocalSinkCluster
-from sink.read_api import ReadApiClient
+from sink.process_cluster import SinkProcessCluster
+from sink.readapi import ReadApiClient
 
 
 class ChaosReadClient(ReadApiClient):
@@ -38,13 +39,20 @@ class ChaosReadClient(ReadApiClient):
         )
 
 
+NODE_WRAPPER = "chaos.node"
+"""The module nodes run as: `raftsink serve` plus the disk-stall hook."""
+
+
 def link(i: int, j: int) -> str:
     return f"{i}-{j}"
 
 
-class ChaosCluster(LocalSinkCluster):
+class ChaosCluster(SinkProcessCluster):
     def __init__(self, base_dir: str, n: int = 3, default_partitions: int = 1, **kw) -> None:
-        super().__init__(base_dir, n=n, default_partitions=default_partitions, **kw)
+        # Nodes run through the disk-stall wrapper and reach each other via the proxy.
+        super().__init__(
+            base_dir, n=n, default_partitions=default_partitions, node_wrapper=NODE_WRAPPER, **kw
+        )
         ids = sorted(self.peers)
         pairs = [(i, j) for i in ids for j in ids if i != j]
         ports = free_ports(len(pairs))
@@ -56,7 +64,7 @@ class ChaosCluster(LocalSinkCluster):
 
     # ----------------------------------------------------------- addresses
 
-    def node_peers(self, i: int) -> str:
+    def peers_for(self, i: int) -> str:
         """Node i's view: other nodes' Raft addresses are its proxy ports."""
         view = {
             j: p
@@ -86,13 +94,7 @@ class ChaosCluster(LocalSinkCluster):
             self.gen[n.peer.id] += 1
             self.paused.discard(n.peer.id)
 
-    # Nodes run through the disk-stall wrapper and reach each other via the proxy.
-    node_module = "sink.chaos.node"
-
-    def _node_peers(self, node_id: int) -> str:
-        return self.node_peers(node_id)
-
-    def _node_env(self, node_id: int) -> dict[str, str]:
+    def env_for(self, node_id: int) -> dict[str, str]:
         return {**os.environ, STALL_ENV: self.stall_file(node_id)}
 
     def kill(self, i: int) -> None:

@@ -11,7 +11,7 @@ A blocked link aborts its open connections (RST) and closes every new one at
 once; healing lets new connections through (the transport reconnects within
 its 1 s back-off).
 
-The proxy runs as its own process (`python -m sink.chaos.proxy CONFIG_JSON`),
+The proxy runs as its own process (`python -m chaos.proxy CONFIG_JSON`),
 so forwarding does not compete with the campaign's clients for the GIL; it is
 driven by lines on stdin and answers each with one line on stdout:
     block 1-2 2-1     block these directed links
@@ -161,7 +161,7 @@ class ProxyControl:
         self._lock = threading.Lock()
         err = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sink.chaos.proxy", json.dumps({"links": links})],
+            [sys.executable, "-m", "chaos.proxy", json.dumps({"links": links})],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=err,

@@ -1,26 +1,62 @@
-"""`python -m sink.chaos` (and `raftsink chaos`): run one fault campaign.
+"""`raftsink chaos`: the fault campaign as a `raftsink` command.
 
-Exit status: 0 valid (no anomaly, every reader reached the end), 1 anomalies
-or a node crash, 3 unknown (no anomaly found, but the end could not be read).
+Registered in the `raftsink.commands` entry-point group (pyproject.toml), which sink/cli.py
+discovers; the server package never imports this one. Light on purpose: `raftsink --help`
+loads it, so the campaign's own modules (and their dependencies) are imported only by run(),
+after require_extra() has checked that the `chaos` extra is installed.
+
+Exit status: 0 valid (no anomaly, every reader reached the end), 1 anomalies or a node crash,
+2 the extra is missing, 3 unknown (no anomaly found, but the end could not be read).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import importlib.util
 import os
 import random
 import sys
 
-KINDS = ("kill", "pause", "partition", "disk")  # sink.chaos.nemesis.KINDS (not imported: light)
+HELP = "Jepsen-style fault campaign on a local 3-node cluster"
+EXTRA = "chaos"
+REQUIRES = ("confluent_kafka", "aiokafka", "matplotlib")
+"""Modules the campaign imports beyond the base install (the `chaos` extra provides them)."""
+
+KINDS = ("kill", "pause", "partition", "disk")  # chaos.nemesis.KINDS (not imported: light)
+
+
+def missing_modules(modules: tuple[str, ...] | None = None) -> list[str]:
+    """The modules among `modules` (default REQUIRES) that cannot be imported here."""
+    return [m for m in (REQUIRES if modules is None else modules) if not _importable(m)]
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken parent package counts as missing
+        return False
+
+
+def require_extra() -> str | None:
+    """None when the extra is installed, else the message that says what to install."""
+    missing = missing_modules()
+    if not missing:
+        return None
+    return (
+        f"raftsink chaos needs the '{EXTRA}' extra (missing: {', '.join(missing)}); "
+        f"install it with: pip install 'raftsink[{EXTRA}]'"
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The `raftsink chaos` options (sink/cli.py adds them to its subparser)."""
+    """The `raftsink chaos` options."""
     p.add_argument(
         "--seed", type=int, default=None, help="seed of the fault schedule (default: random)"
     )
     p.add_argument("--minutes", type=float, default=2.0, help="workload duration (default 2)")
+    p.add_argument(
+        "--seconds", type=float, default=None, help="workload duration in seconds (overrides)"
+    )
     p.add_argument("--out", default=None, help="output directory (default chaos-SEED)")
     p.add_argument(
         "--nemesis",
@@ -39,17 +75,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drop-data", action="store_true", help="delete node data dirs at the end")
 
 
-def run_from_args(args: argparse.Namespace) -> int:
-    from sink.chaos.campaign import run_campaign
+def run(args: argparse.Namespace) -> int:
+    """Run one campaign from parsed arguments; checks the extra before doing anything."""
+    problem = require_extra()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
+    from chaos.campaign import run_campaign
 
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     out = args.out or f"chaos-{seed}"
     nemeses = [n for n in args.nemesis.split(",") if n]
-    print(f"raftsink chaos: seed={seed} minutes={args.minutes} out={out}", file=sys.stderr)
+    duration = {"seconds": args.seconds} if args.seconds else {"minutes": args.minutes}
+    print(f"raftsink chaos: seed={seed} {duration} out={out}", file=sys.stderr)
     data = run_campaign(
         seed,
         out,
-        minutes=args.minutes,
+        **duration,
         nemeses=nemeses,
         keep_data=not args.drop_data,
         partitions=args.partitions,
@@ -66,14 +108,3 @@ def run_from_args(args: argparse.Namespace) -> int:
         print(f.read())
     print(f"report: {out}/report.json, {out}/summary.txt, {out}/plot.png", file=sys.stderr)
     return {"VALID": 0, "INVALID": 1}.get(data["verdict"], 3)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="raftsink chaos", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    logging.basicConfig(level=os.environ.get("RAFTSINK_LOG_LEVEL", "WARNING"))
-    return run_from_args(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,6 @@
-"""FetchReply on the wire without protobuf objects in between (the read API's hot path).
+"""The read API on the wire: service name, error codes, limits, and FetchReply without
+protobuf objects in between (the read API's hot path). Shared by the server and the client;
+imports nothing but the standard library.
 
 A Fetch reply is megabytes of record batches. Built as pb.FetchReply and serialized,
 every batch was copied three times more on the serving node (bytes join, message
@@ -16,6 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+SERVICE = "raftsink.SinkRead"
+"""The gRPC service name (read_api.proto's package and service)."""
+
+# Error codes in FetchReply/CommitReply.error_code: Kafka's numbers for the same conditions.
+ERR_NONE, ERR_OFFSET_OUT_OF_RANGE, ERR_UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 3
+ERR_NOT_LEADER, ERR_INVALID_REQUEST = 6, 42
+
+MAX_FETCH_BYTES = 64 * 1024 * 1024
+"""Largest FetchRequest.max_bytes the server honours (the client's receive limit follows it)."""
+MAX_WAIT_MS = 30_000
+"""Longest FetchRequest.max_wait_ms the server honours."""
 
 # Tags: (field number << 3) | wire type (0 varint, 2 length-delimited).
 _BATCHES, _HW, _LOG_START, _ERROR_CODE, _ERROR = 0x0A, 0x10, 0x18, 0x20, 0x2A

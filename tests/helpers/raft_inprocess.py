@@ -45,7 +45,7 @@ async def wait_until(cond, timeout: float = 20.0, what: str = "condition") -> No
         await asyncio.sleep(0.005)
 
 
-class LocalCluster:
+class InProcessRaftCluster:
     def __init__(self, base: str, n: int = 3, options: NodeOptions = FAST) -> None:
         self.base = base
         self.ids = list(range(1, n + 1))

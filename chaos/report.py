@@ -16,8 +16,8 @@ import os
 from collections import defaultdict
 from typing import Any
 
-from sink.chaos.checkers import ANOMALY_KINDS
-from sink.chaos.history import Op
+from chaos.checkers import ANOMALY_KINDS
+from chaos.history import Op
 
 COLORS = {"kill": "#d62728", "pause": "#9467bd", "partition": "#ff7f0e", "disk": "#2ca02c"}
 EXAMPLES = 20

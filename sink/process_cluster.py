@@ -1,8 +1,17 @@
-"""A local cluster of `raftsink serve` processes on 127.0.0.1.
+"""The sink's process cluster: `raftsink serve` processes on 127.0.0.1.
 
-The embedded default behind `raftsink local`, the demo, the multi-process
-tests and the benchmarks. Each node is a real process with its own data
-directory and three listeners (Raft, Kafka, read API) on free ports.
+The embedded default behind `raftsink local`, the demos, the fault campaign, the
+multi-process tests and the benchmarks: the one public launcher of node processes (the
+raftlog-only one is raftlog.process_cluster, the container one tests/containers). Each node
+is a real process with its own data directory and three listeners (Raft, Kafka, read API) on
+free ports.
+
+Hooks for tools (the fault campaign uses all three), so no tool needs sink.cli's internals:
+- `node_wrapper` (constructor): a module run as `python -m MODULE serve ARGS` instead of
+  `sink.cli`; it installs its hooks in the node process and then hands ARGS to
+  `sink.cli.main` (the `raftsink` command's entry point);
+- `peers_for(node_id)`: the --peers string a node starts with (e.g. routed through a proxy);
+- `env_for(node_id)`: the node's environment.
 """
 
 from __future__ import annotations
@@ -15,9 +24,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from raftlog.local_cluster import free_ports
+from raftlog.process_cluster import free_ports
 from sink.config import Peer, format_peers
-from sink.read_api import ReadApiClient
+from sink.readapi import ReadApiClient
 
 
 @dataclass
@@ -28,7 +37,7 @@ class SinkProc:
     proc: subprocess.Popen | None = None
 
 
-class LocalSinkCluster:
+class SinkProcessCluster:
     def __init__(
         self,
         base_dir: str,
@@ -36,7 +45,11 @@ class LocalSinkCluster:
         default_partitions: int = 1,
         extra_args: list[str] | None = None,
         log_level: str = "WARNING",
+        node_wrapper: str | None = None,
     ) -> None:
+        """node_wrapper: module each node runs as (`python -m node_wrapper serve ...`);
+        default sink.cli. It must end by calling sink.cli.main(argv)."""
+        self.node_module = node_wrapper or "sink.cli"
         self.base_dir = os.path.abspath(base_dir)
         os.makedirs(self.base_dir, exist_ok=True)
         ports = free_ports(3 * n)
@@ -85,16 +98,34 @@ class LocalSinkCluster:
             )
         return path
 
-    node_module = "sink.cli"
-    """Each node runs as `python -m <node_module> serve ...` (subclasses wrap it)."""
+    # The hooks' names before they became public: a subclass still overriding one would be
+    # silently ignored, so defining it is an error that names the new hook.
+    _RENAMED_HOOKS = {
+        "_node_env": "env_for",
+        "_node_peers": "peers_for",
+        "node_module": "node_wrapper",
+    }
 
-    def _node_peers(self, node_id: int) -> str:
-        """The --peers a node is started with (a subclass may route them elsewhere)."""
+    def __init_subclass__(cls, **kw: object) -> None:
+        super().__init_subclass__(**kw)
+        for old, new in SinkProcessCluster._RENAMED_HOOKS.items():
+            if old in cls.__dict__:
+                raise TypeError(
+                    f"{cls.__name__}.{old}: SinkProcessCluster's hook is now {new!r} "
+                    "(see sink/process_cluster.py)"
+                )
+
+    def peers_for(self, node_id: int) -> str:
+        """Hook: the --peers a node is started with (a subclass may route them elsewhere)."""
         return format_peers(self.peers)
 
-    def _node_env(self, node_id: int) -> dict[str, str] | None:
-        """The node's environment; None: this process's."""
+    def env_for(self, node_id: int) -> dict[str, str] | None:
+        """Hook: the node's environment; None: this process's."""
         return None
+
+    def log_tail(self, node_id: int, n: int = 2000) -> str:
+        """The last n bytes of a node's stderr log (for error reports)."""
+        return _tail(self.nodes[node_id].log_path, n)
 
     def start(self, i: int | None = None) -> None:
         for n in [self.nodes[i]] if i else self.nodes.values():
@@ -112,12 +143,12 @@ class LocalSinkCluster:
                         "--data-dir",
                         n.data_dir,
                         "--peers",
-                        self._node_peers(nid),
+                        self.peers_for(nid),
                         *self.args,
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=log,
-                    env=self._node_env(nid),
+                    env=self.env_for(nid),
                     start_new_session=True,  # Ctrl-C in a terminal reaches only the parent
                 )
 

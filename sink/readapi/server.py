@@ -1,4 +1,4 @@
-"""The read API for connectors: partitions, offsets and record batches by offset.
+"""The read API's server side: partitions, offsets and record batches by offset.
 
 Served by every node from its applied state (followers too). Partitions with
 linearizable=true first runs a Raft ReadIndex so the high watermarks it
@@ -11,22 +11,26 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from raftlog.runtime import RaftError
-from sink import read_api_pb2 as pb
-from sink.read_wire import FetchReplyView, decode_fetch_reply, encode_fetch_reply
+from sink.readapi import read_api_pb2 as pb
+from sink.readapi.client import ReadApiClient
+from sink.readapi.wire import (
+    ERR_INVALID_REQUEST,
+    ERR_NOT_LEADER,
+    ERR_OFFSET_OUT_OF_RANGE,
+    ERR_UNKNOWN_TOPIC_OR_PARTITION,
+    MAX_FETCH_BYTES,
+    MAX_WAIT_MS,
+    SERVICE,
+    encode_fetch_reply,
+)
 
-log = logging.getLogger("sink.read_api")
-
-SERVICE = "raftsink.SinkRead"
-ERR_NONE, ERR_OFFSET_OUT_OF_RANGE, ERR_UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 3
-ERR_NOT_LEADER, ERR_INVALID_REQUEST = 6, 42
-MAX_FETCH_BYTES = 64 * 1024 * 1024
-MAX_WAIT_MS = 30_000
+log = logging.getLogger("sink.readapi")
 
 
 class ReadApiService:
@@ -89,7 +93,7 @@ class ReadApiService:
     async def fetch(
         self, req: pb.FetchRequest, ctx: grpc.aio.ServicerContext
     ) -> pb.FetchReply | bytes:
-        """Errors as pb.FetchReply; batches already encoded (sink/read_wire.py)."""
+        """Errors as pb.FetchReply; batches already encoded (sink/readapi/wire.py)."""
         info = self.fsm.topics().get(req.topic)
         if info is None or not 0 <= req.partition < info.partitions:
             return pb.FetchReply(
@@ -169,87 +173,3 @@ class ReadApiService:
 
 def _serialize_fetch_reply(reply: pb.FetchReply | bytes) -> bytes:
     return reply if isinstance(reply, bytes) else reply.SerializeToString()
-
-
-class ReadApiClient:
-    """A small async client of the read API (used by `raftsink status` and connectors)."""
-
-    def __init__(self, address: str, channel_options: Sequence[tuple[str, Any]] = ()) -> None:
-        """channel_options: extra gRPC channel arguments (e.g. reconnect back-off)."""
-        self.address = address
-        self._channel = grpc.aio.insecure_channel(
-            address,
-            options=[
-                ("grpc.max_receive_message_length", MAX_FETCH_BYTES + (1 << 20)),
-                *channel_options,
-            ],
-        )
-        self._fetch = self._channel.unary_unary(
-            f"/{SERVICE}/Fetch",
-            request_serializer=pb.FetchRequest.SerializeToString,
-            response_deserializer=decode_fetch_reply,
-        )
-
-    def _call(self, method: str, req_cls: Any, resp_cls: Any):
-        return self._channel.unary_unary(
-            f"/{SERVICE}/{method}",
-            request_serializer=req_cls.SerializeToString,
-            response_deserializer=resp_cls.FromString,
-        )
-
-    async def status(self, timeout: float = 5.0) -> dict:
-        reply = await self._call("Status", pb.StatusRequest, pb.StatusReply)(
-            pb.StatusRequest(), timeout=timeout
-        )
-        return json.loads(reply.json)
-
-    async def partitions(
-        self, topics: list[str] | None = None, linearizable: bool = False, timeout: float = 10.0
-    ) -> pb.PartitionsReply:
-        return await self._call("Partitions", pb.PartitionsRequest, pb.PartitionsReply)(
-            pb.PartitionsRequest(topics=topics or [], linearizable=linearizable), timeout=timeout
-        )
-
-    async def fetch(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        max_bytes: int = 4 * 1024 * 1024,
-        max_wait_ms: int = 0,
-        timeout: float = 40.0,
-    ) -> FetchReplyView:
-        """Batches come back as memoryviews into the received reply (no copies)."""
-        return await self._fetch(  # type: ignore[no-any-return]
-            pb.FetchRequest(
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                max_bytes=max_bytes,
-                max_wait_ms=max_wait_ms,
-            ),
-            timeout=timeout,
-        )
-
-    async def commit(
-        self, pipeline: str, offsets: dict[tuple[str, int], int], timeout: float = 15.0
-    ) -> pb.CommitReply:
-        """Report a pipeline's consumed offsets ({(topic, partition): next offset})."""
-        req = pb.CommitRequest(
-            pipeline=pipeline,
-            offsets=[
-                pb.PartitionOffset(topic=t, partition=p, offset=o) for (t, p), o in offsets.items()
-            ],
-        )
-        return await self.commit_request(req, timeout=timeout)
-
-    async def commit_request(
-        self, req: pb.CommitRequest, forwarded: bool = False, timeout: float = 15.0
-    ) -> pb.CommitReply:
-        metadata = (("raftsink-forwarded", "1"),) if forwarded else None
-        return await self._call("Commit", pb.CommitRequest, pb.CommitReply)(
-            req, timeout=timeout, metadata=metadata
-        )
-
-    async def close(self) -> None:
-        await self._channel.close()

@@ -33,14 +33,14 @@ import grpc
 from aiokafka.record.memory_records import MemoryRecords
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from sink.chaos.cluster import ChaosCluster, ChaosReadClient
-from sink.chaos.history import History
+from chaos.fault_cluster import ChaosCluster, ChaosReadClient
+from chaos.history import History
 
 # librdkafka logs every refused connection at level 3; the campaign counts
 # client errors itself (error_cb, message errors), so only critical ones print.
 RDKAFKA_LOG_LEVEL = 2
 
-log = logging.getLogger("sink.chaos")
+log = logging.getLogger("chaos")
 
 READER_PROCESS = "read-api-{}"  # the history's process name of read-API reader k
 

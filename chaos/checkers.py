@@ -38,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from sink.chaos.history import Op
+from chaos.history import Op
 
 ANOMALY_KINDS = (
     "lost_write",

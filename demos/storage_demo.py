@@ -1,9 +1,8 @@
-"""The main job's demo, until the Spark pipeline exists.
+"""`raftsink demo --storage`: the storage layer's crash demo (no cluster, no Spark).
 
-Storage crash demo: a child process appends through the DiskQueue from many
-concurrent submitters and reports each durable batch on stdout; the parent
-kills it with SIGKILL at a random moment, reopens the log, and checks that
-every reported entry is there, intact. Several rounds, then a summary.
+A child process appends through the DiskQueue from many concurrent submitters and
+reports each durable batch on stdout; the parent kills it with SIGKILL at a random
+moment, reopens the log, and checks that every reported entry is there, intact. Several rounds, then a summary.
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ async def _writer(data_dir: str, entry_size: int) -> None:
 def _run_and_kill(data_dir: str, entry_size: int, seconds: float) -> int:
     """Run a writer child for `seconds`, SIGKILL it; the last durable index it reported."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "sink.demos", "writer", data_dir, str(entry_size)],
+        [sys.executable, "-m", "demos.storage_demo", "writer", data_dir, str(entry_size)],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -19,11 +19,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from sink.chaos import checkers, report
-from sink.chaos.cluster import ChaosCluster
-from sink.chaos.history import History
-from sink.chaos.nemesis import KINDS, Nemesis, ScheduleOptions, make_schedule, schedule_json
-from sink.chaos.workload import (
+from chaos import checkers, report
+from chaos.fault_cluster import ChaosCluster
+from chaos.history import History
+from chaos.nemesis import KINDS, Nemesis, ScheduleOptions, make_schedule, schedule_json
+from chaos.workload import (
     READER_PROCESS,
     Control,
     KafkaConsumerWorker,
@@ -33,9 +33,8 @@ from sink.chaos.workload import (
     hw_watcher,
     read_api_reader,
 )
-from sink.local_cluster import _tail
 
-log = logging.getLogger("sink.chaos")
+log = logging.getLogger("chaos")
 
 
 @dataclass
@@ -201,7 +200,7 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
             """A node that exits on its own is a finding: record it, restart it."""
             while not watch_stop.is_set():
                 for i, code in cluster.exited().items():
-                    tail = _tail(cluster.nodes[i].log_path, 3000)
+                    tail = cluster.log_tail(i, 3000)
                     crashes.append({"node": i, "code": code, "time": history.now(), "log": tail})
                     history.record("info", "crash", "monitor", node=i, value=code)
                     log.error("node %d exited with %s; restarting", i, code)

@@ -1,0 +1,57 @@
+"""`raftsink demo` and `raftsink chaos` come from the raftsink.commands entry-point group
+(the tools live outside the server package); a tool whose extra is missing says which
+extra to install before doing anything, and a broken tool does not break `raftsink`."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+from sink import cli
+
+
+def test_tool_commands_are_discovered_through_entry_points():
+    names = {ep.name for ep in importlib.metadata.entry_points(group=cli.COMMAND_GROUP)}
+    assert {"demo", "chaos"} <= names
+    parser = cli.build_parser()
+    args = parser.parse_args(["chaos", "--seconds", "3", "--seed", "5"])
+    assert args.seconds == 3 and args.seed == 5 and args.func.__module__ == "chaos.command"
+    args = parser.parse_args(["demo", "--storage"])
+    assert args.storage and args.func.__module__ == "demos.command"
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra", "module"),
+    [
+        (["chaos", "--seconds", "1"], "chaos", "chaos.command"),
+        (["demo", "--records", "10"], "demo", "demos.command"),
+    ],
+)
+def test_missing_extra_is_named_before_any_work(monkeypatch, tmp_path, capsys, argv, extra, module):
+    command = importlib.import_module(module)
+    monkeypatch.setattr(command, "REQUIRES", ("no_such_module_raftsink_test",))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"pip install 'raftsink[{extra}]'" in err
+    assert "no_such_module_raftsink_test" in err
+    assert list(tmp_path.iterdir()) == []  # nothing started, nothing written
+
+
+def test_a_broken_tool_entry_point_does_not_break_the_cli(monkeypatch, capsys):
+    class Broken:
+        name = "broken"
+
+        def load(self):
+            raise ImportError("no module named broken_tool")
+
+    real = importlib.metadata.entry_points
+
+    def entry_points(group: str):
+        return [*real(group=group), Broken()] if group == cli.COMMAND_GROUP else real(group=group)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    args = cli.build_parser().parse_args(["verify", "/nonexistent"])
+    assert args.command == "verify"
+    assert "command 'broken' unavailable" in capsys.readouterr().err
