@@ -12,10 +12,11 @@ Exit status: 0 valid (no anomaly, every reader reached the end), 1 anomalies or 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import random
 import sys
+
+from sink.cli import missing_extra
 
 HELP = "Jepsen-style fault campaign on a local 3-node cluster"
 EXTRA = "chaos"
@@ -25,27 +26,9 @@ REQUIRES = ("confluent_kafka", "aiokafka", "matplotlib")
 KINDS = ("kill", "pause", "partition", "disk")  # chaos.nemesis.KINDS (not imported: light)
 
 
-def missing_modules(modules: tuple[str, ...] | None = None) -> list[str]:
-    """The modules among `modules` (default REQUIRES) that cannot be imported here."""
-    return [m for m in (REQUIRES if modules is None else modules) if not _importable(m)]
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a broken parent package counts as missing
-        return False
-
-
 def require_extra() -> str | None:
     """None when the extra is installed, else the message that says what to install."""
-    missing = missing_modules()
-    if not missing:
-        return None
-    return (
-        f"raftsink chaos needs the '{EXTRA}' extra (missing: {', '.join(missing)}); "
-        f"install it with: pip install 'raftsink[{EXTRA}]'"
-    )
+    return missing_extra("chaos", EXTRA, REQUIRES)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,8 +9,9 @@ pipeline demo's extra is installed (the storage demo needs the base install only
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
+
+from sink.cli import missing_extra
 
 HELP = "the main job: producers -> 3-node cluster -> Spark streaming -> Parquet, with a leader kill"
 EXTRA = "demo"
@@ -19,27 +20,13 @@ REQUIRES = ("pyspark", "pyarrow", "numpy", "confluent_kafka")
 extra plus confluent-kafka for the producers)."""
 
 
-def missing_modules(modules: tuple[str, ...] | None = None) -> list[str]:
-    """The modules among `modules` (default REQUIRES) that cannot be imported here."""
-    return [m for m in (REQUIRES if modules is None else modules) if not _importable(m)]
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a broken parent package counts as missing
-        return False
-
-
 def require_extra() -> str | None:
     """None when the pipeline demo's extra is installed, else what to install."""
-    missing = missing_modules()
-    if not missing:
-        return None
-    return (
-        f"raftsink demo needs the '{EXTRA}' extra (missing: {', '.join(missing)}); "
-        f"install it with: pip install 'raftsink[{EXTRA}]' "
-        "(or run the storage crash demo, which needs nothing more: raftsink demo --storage)"
+    return missing_extra(
+        "demo",
+        EXTRA,
+        REQUIRES,
+        " (or run the storage crash demo, which needs nothing more: raftsink demo --storage)",
     )
 
 

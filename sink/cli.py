@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
 import os
@@ -151,6 +152,25 @@ COMMAND_GROUP = "raftsink.commands"
 names a module (or object) with HELP: str, add_arguments(parser) and run(args) -> int; the
 tools live outside this package (demos/, chaos/), so sink never imports them. Their modules
 must be light: every `raftsink` invocation loads them to build the parser."""
+
+
+def missing_extra(command: str, extra: str, modules: tuple[str, ...], hint: str = "") -> str | None:
+    """For a tool command: None when every module of its extra imports here, else the one
+    message that names the missing modules and the extra to install (said before any work)."""
+    missing = [m for m in modules if not _importable(m)]
+    if not missing:
+        return None
+    return (
+        f"raftsink {command} needs the '{extra}' extra (missing: {', '.join(missing)}); "
+        f"install it with: pip install 'raftsink[{extra}]'{hint}"
+    )
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken parent package counts as missing
+        return False
 
 
 def _add_tool_commands(sub: argparse._SubParsersAction) -> None:

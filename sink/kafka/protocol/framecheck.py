@@ -33,6 +33,8 @@ from typing import Any, NamedTuple
 
 from kio.index import load_request_schema
 
+from sink.kafka.protocol.encoders import uvarint
+
 __all__ = [
     "FrameError",
     "NullError",
@@ -427,15 +429,6 @@ def check_request(frame: bytes, api_key: int, version: int) -> RequestShape:
     return request_checker(api_key, version)(frame)
 
 
-def _encode_uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def strip_unknown_tags(frame: bytes, edits: tuple[TagEdit, ...]) -> bytes:
     """frame without the unknown tagged fields edits name (KIP-482: skipped), each
     section's count rewritten to the known tags it keeps."""
@@ -443,7 +436,7 @@ def strip_unknown_tags(frame: bytes, edits: tuple[TagEdit, ...]) -> bytes:
         return frame
     cuts: list[tuple[int, int, bytes]] = []
     for e in edits:
-        cuts.append((e.count_start, e.count_end, _encode_uvarint(e.known_count)))
+        cuts.append((e.count_start, e.count_end, uvarint(e.known_count)))
         cuts.extend((s, t, b"") for s, t in e.drop)
     cuts.sort()
     out = bytearray()
