@@ -143,3 +143,53 @@ def test_listen_on_a_taken_port_is_a_clear_error():
         await a.close()
 
     run(main())
+
+
+# ---------------------------------------------------------------- many groups on one link
+
+
+def beat(group: int, term: int = 3) -> Heartbeat:
+    return Heartbeat(src=1, dst=2, term=term, group_id=group, commit=0)
+
+
+def test_a_message_for_an_unknown_group_is_dropped_alone():
+    # One unknown group id in a batch must not abort the stream that carries
+    # every other group's traffic (routine during group create/delete races).
+    async def main():
+        a, b, got = await pair()
+        a.send([beat(99), append(1), beat(98)])
+        a.send([append(2)])
+        await wait_until(lambda: len(got) == 2, what="the group-0 messages")
+        assert [m.entries[0].index for m in got] == [1, 2]
+        assert b.stats.unknown_group_messages == 2
+        assert b.stats.rejected_batches == 0
+        assert a.stats.reconnects == 0 and a.stats.dropped_messages == 0
+        await a.close()
+        await b.close()
+
+    run(main())
+
+
+def test_heartbeats_and_votes_are_not_crowded_out_by_appends():
+    # A busy group fills the peer's data lane; another group's heartbeat, sent
+    # after, must still be delivered, and ahead of the append backlog.
+    async def main():
+        opts = TransportOptions(queue_max_messages=64)
+        got: list = []
+        a = GrpcTransport(1, "127.0.0.1:0", {}, groups=(0, 1), options=opts)
+        b = GrpcTransport(2, "127.0.0.1:0", {}, groups=(0, 1), options=opts)
+        await a.start(lambda msgs: None)
+        await b.start(got.extend)
+        a.add_peer(2, f"127.0.0.1:{b.bound_port}")
+        for i in range(1, 201):  # no await: everything is queued before the sender runs
+            a.send([append(i, size=1000)])
+        a.send([beat(1)])
+        await wait_until(lambda: any(isinstance(m, Heartbeat) for m in got), what="heartbeat")
+        kinds = [type(m).__name__ for m in got]
+        assert kinds[0] == "Heartbeat", kinds[:3]
+        assert got[0].group_id == 1
+        assert a.stats.dropped_messages == 200 - 64  # only the data lane overflowed
+        await a.close()
+        await b.close()
+
+    run(main())
