@@ -105,14 +105,22 @@ def test_hostile_input_is_rejected_and_the_server_survives():
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await raw(iter([b"\xff\xfe garbage \x00" * 10]))
             assert err.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
-            # A valid protobuf for a group this node does not host.
+            # A valid protobuf for a group this node does not host: dropped
+            # alone and counted, the stream stays up (other groups share it).
             wrong_group = pb.MessageBatch(
                 messages=[pb.RaftMessage(type=5, group_id=77, src=1, dst=2, term=1)]
             ).SerializeToString()
+            summary = pb.SendSummary.FromString(await raw(iter([wrong_group])))
+            assert summary.received == 0
+            assert b.stats.unknown_group_messages == 1
+            # A message from a node that is not a peer: the stream is aborted.
+            stranger = pb.MessageBatch(
+                messages=[pb.RaftMessage(type=5, group_id=0, src=9, dst=2, term=1)]
+            ).SerializeToString()
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await raw(iter([wrong_group]))
+                await raw(iter([stranger]))
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert "unknown group" in err.value.details()
+            assert "unknown node" in err.value.details()
             # Bigger than max_message_bytes: refused before it is parsed.
             huge = pb.MessageBatch(
                 messages=[
@@ -181,6 +189,7 @@ def test_heartbeats_and_votes_are_not_crowded_out_by_appends():
         await a.start(lambda msgs: None)
         await b.start(got.extend)
         a.add_peer(2, f"127.0.0.1:{b.bound_port}")
+        b.add_peer(1, f"127.0.0.1:{a.bound_port}")
         for i in range(1, 201):  # no await: everything is queued before the sender runs
             a.send([append(i, size=1000)])
         a.send([beat(1)])
