@@ -202,3 +202,29 @@ def test_heartbeats_and_votes_are_not_crowded_out_by_appends():
         await b.close()
 
     run(main())
+
+
+def test_groups_registered_on_one_transport_get_their_own_messages():
+    async def main():
+        a = GrpcTransport(1, "127.0.0.1:0", {}, groups=())
+        b = GrpcTransport(2, "127.0.0.1:0", {}, groups=())
+        got = {g: [] for g in (1, 2, 3)}
+        for g in got:
+            b.register_group(g, got[g].extend)
+        await a.start()
+        await b.start()
+        assert b.accepted_groups == {1, 2, 3}
+        a.add_peer(2, f"127.0.0.1:{b.bound_port}")
+        b.add_peer(1, f"127.0.0.1:{a.bound_port}")
+        a.send([beat(1), beat(2), beat(3, term=5), beat(2, term=4)])
+        await wait_until(lambda: sum(map(len, got.values())) == 4, what="4 beats")
+        assert [m.term for m in got[2]] == [3, 4]
+        assert [m.group_id for m in got[1] + got[3]] == [1, 3]
+        b.unregister_group(3)
+        a.send([beat(3), beat(1)])
+        await wait_until(lambda: len(got[1]) == 2, what="group 1's second beat")
+        assert len(got[3]) == 1 and b.stats.unknown_group_messages == 1
+        await a.close()
+        await b.close()
+
+    run(main())
