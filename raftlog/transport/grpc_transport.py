@@ -8,7 +8,8 @@ Sending never blocks the caller: `send` puts messages on one of the peer's two
 bounded lanes and one sender task per peer drains them into a single
 MessageBatch write. The *control* lane (votes, heartbeats, every response,
 TimeoutNow, ReadIndex) is drained first into each batch; the *data* lane
-(AppendEntries, snapshot chunks) is bounded in messages and bytes. So a busy
+(AppendEntries, snapshot chunks) is bounded in messages and in bytes (by
+max_message_bytes). So a busy
 group's appends can delay or drop only appends, never another group's
 heartbeats and votes (which would cause spurious elections). Order is kept
 within a lane; Raft tolerates reordering across lanes (messages are
@@ -21,7 +22,7 @@ doubling to 1 s).
 Receiving: each batch is decoded and validated (codec.decode_batch_known). A
 message for a group not registered here (created/deleted races) is dropped
 alone, counted in `stats.unknown_group_messages` and logged at most once per
-`unknown_group_log_interval_s`; a structurally bad batch aborts that stream
+10 s (routing.UNKNOWN_GROUP_LOG_INTERVAL_S); a structurally bad batch aborts that stream
 with INVALID_ARGUMENT and is counted, and no handler sees it. gRPC enforces
 max_message_bytes before we parse anything.
 """
@@ -57,12 +58,7 @@ class TransportOptions:
     max_batch_bytes: int = 8 * 1024 * 1024
     """A sender stops adding messages to one batch past this many entry bytes."""
     queue_max_messages: int = 65536
-    """Bound of each per-peer send lane (control and data), in messages; messages
-    beyond it are dropped (Raft resends)."""
-    queue_max_bytes: int = 256 * 1024 * 1024
-    """Bound of each peer's data lane in approximate entry/chunk bytes."""
-    unknown_group_log_interval_s: float = 10.0
-    """At most one log line per this many seconds about messages for unknown groups."""
+    """Per-peer send queue bound; messages beyond it are dropped (Raft resends)."""
     backoff_initial_s: float = 0.05
     """First reconnect delay after a failed send to a peer; doubles per failure."""
     backoff_max_s: float = 1.0
@@ -70,16 +66,8 @@ class TransportOptions:
     limits: DecodeLimits = field(default_factory=DecodeLimits)
 
     def __post_init__(self) -> None:
-        sizes = (
-            self.max_message_bytes,
-            self.max_batch_bytes,
-            self.queue_max_messages,
-            self.queue_max_bytes,
-        )
-        if min(sizes) <= 0:
+        if self.max_message_bytes <= 0 or self.max_batch_bytes <= 0 or self.queue_max_messages <= 0:
             raise ValueError("TransportOptions sizes must be positive")
-        if self.unknown_group_log_interval_s < 0:
-            raise ValueError("TransportOptions.unknown_group_log_interval_s must be >= 0")
         if not 0 < self.backoff_initial_s <= self.backoff_max_s:
             raise ValueError("TransportOptions back-off must satisfy 0 < initial <= max")
 
@@ -114,9 +102,10 @@ class _PeerSender:
         opts = self.t.options
         if m.type in _DATA_KINDS:
             size = _approx_bytes(m)
-            # One message is always accepted into an empty lane, however large.
+            # Each lane holds queue_max_messages; the data lane also at most one
+            # maximum gRPC message of bytes (an empty lane accepts any one message).
             if len(self.data) >= opts.queue_max_messages or (
-                self.data and self.data_bytes + size > opts.queue_max_bytes
+                self.data and self.data_bytes + size > opts.max_message_bytes
             ):
                 self._overflow()
                 return
@@ -239,7 +228,7 @@ class GrpcTransport:
         self.on_unreachable: Callable[[int], None] | None = None
         self._peers = dict(peers)
         self._known = set(peers)
-        self._router = GroupRouter(self.stats, self.options.unknown_group_log_interval_s)
+        self._router = GroupRouter(self.stats)
         self._server: grpc.aio.Server | None = None
         self._senders: dict[int, _PeerSender] = {}
         self._closed = False

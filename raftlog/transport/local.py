@@ -71,7 +71,7 @@ class LocalTransport:
         self.groups = groups
         self.stats = TransportStats()
         self.on_unreachable: Callable[[int], None] | None = None
-        self._router = GroupRouter(self.stats, log_interval_s=10.0)
+        self._router = GroupRouter(self.stats)
         self._started = False
 
     def register_group(self, group_id: int, handler: MessageHandler) -> None:

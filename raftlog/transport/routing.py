@@ -18,6 +18,9 @@ log = logging.getLogger("raftlog.transport")
 
 MessageHandler = Callable[[list[Message]], None]
 
+UNKNOWN_GROUP_LOG_INTERVAL_S = 10.0
+"""At most one log line per this many seconds about messages for unknown groups."""
+
 
 @dataclass(slots=True)
 class TransportStats:
@@ -39,7 +42,9 @@ class GroupRouter:
     node sees exactly the batches it saw before groups were routed).
     """
 
-    def __init__(self, stats: TransportStats, log_interval_s: float) -> None:
+    def __init__(
+        self, stats: TransportStats, log_interval_s: float = UNKNOWN_GROUP_LOG_INTERVAL_S
+    ) -> None:
         self.handlers: dict[int, MessageHandler] = {}
         self._stats = stats
         self._interval = log_interval_s
