@@ -3,11 +3,13 @@
 Public surface:
     LogStore        synchronous log on disk (open, append, read, truncate, recover)
     DiskQueue       asyncio front: one writer thread, group commit, in-memory tail
+    LogEnvironment  the group logs of one data directory sharing one LMDB index
     StorageOptions  typed configuration with documented defaults
     verify_data_dir read-only integrity check of a data directory
 """
 
 from raftlog.storage.disk_queue import DiskQueue
+from raftlog.storage.environment import LogEnvironment
 from raftlog.storage.errors import (
     CorruptLogError,
     DataDirLockedError,
@@ -23,6 +25,7 @@ __all__ = [
     "CorruptLogError",
     "DataDirLockedError",
     "DiskQueue",
+    "LogEnvironment",
     "LogRangeError",
     "LogStore",
     "StorageClosedError",

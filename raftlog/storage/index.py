@@ -10,6 +10,13 @@ Databases inside the LMDB environment:
   configs   u64be index -> b"" for every CONFIG entry (membership changes), so a
             restart finds the membership history without reading the log
 
+One environment may hold the index of many group logs (LogEnvironment): then
+every key of a group's log is prefixed by the group id as u64be (`prefix`), so
+one map and one set of databases serve 1,000s of groups (named databases per
+group would make every LMDB transaction cost O(groups)). A log opened on its
+own (LogStore.open) has an empty prefix: its on-disk format is unchanged.
+Invariant: every read and every cursor walk stays inside its prefix.
+
 Durability: the environment runs with metasync off, so a commit flushes its
 data pages but a power cut may undo the newest transaction. That is fine for
 index checkpoints (recovery then scans a little more of the tail); writes that
@@ -82,8 +89,8 @@ def encode_key(index: int) -> bytes:
     return _KEY.pack(index)
 
 
-class LogIndex:
-    """Typed access to the LMDB environment of one log. Thread-safe for readers."""
+class IndexEnv:
+    """An open LMDB environment and its four databases (one per log, or shared)."""
 
     def __init__(self, path: str, map_size: int, readonly: bool = False) -> None:
         if not readonly:
@@ -99,30 +106,82 @@ class LogIndex:
             readonly=readonly,
             lock=not readonly,
         )
-        self._entries = self.env.open_db(b"entries")
-        self._segments = self.env.open_db(b"segments")
-        self._meta = self.env.open_db(b"meta")
-        self._configs = self.env.open_db(b"configs")
+        self.entries = self.env.open_db(b"entries")
+        self.segments = self.env.open_db(b"segments")
+        self.meta = self.env.open_db(b"meta")
+        self.configs = self.env.open_db(b"configs")
 
     def close(self) -> None:
         self.env.close()
+
+
+def group_prefix(group_id: int) -> bytes:
+    """The key prefix of group_id's log in a shared environment."""
+    return _KEY.pack(group_id)
+
+
+class LogIndex:
+    """Typed access to one log's index (its own environment or a prefix of a shared one).
+
+    Thread-safe for readers.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        map_size: int,
+        readonly: bool = False,
+        *,
+        shared: IndexEnv | None = None,
+        prefix: bytes = b"",
+    ) -> None:
+        if shared is None and prefix:
+            raise ValueError("a key prefix needs a shared environment")
+        self._owner = shared is None
+        ix = shared if shared is not None else IndexEnv(path, map_size, readonly)
+        self._ix = ix
+        self.env = ix.env
+        self._entries = ix.entries
+        self._segments = ix.segments
+        self._meta = ix.meta
+        self._configs = ix.configs
+        self._prefix = prefix
+        self._plen = len(prefix)
+
+    def close(self) -> None:
+        if self._owner:
+            self._ix.close()
+
+    def _k(self, index: int) -> bytes:
+        return self._prefix + _KEY.pack(index)
+
+    def _scan(self, txn: lmdb.Transaction, db: object) -> Iterator[tuple[int, bytes]]:
+        """(index, value) of every key of this log in db, ascending."""
+        prefix, plen = self._prefix, self._plen
+        cur = txn.cursor(db=db)
+        if not (cur.set_range(prefix) if prefix else cur.first()):
+            return
+        for key, val in cur:
+            if key[:plen] != prefix:
+                return
+            yield _KEY.unpack(key[plen:])[0], val
 
     # -- reads -------------------------------------------------------------
 
     def location(self, index: int) -> Location | None:
         with self.env.begin(db=self._entries, buffers=False) as txn:
-            raw = txn.get(_KEY.pack(index))
+            raw = txn.get(self._k(index))
         return Location._make(_LOCATION.unpack(raw)) if raw is not None else None
 
     def iter_locations(self) -> Iterator[tuple[int, Location]]:
         """Every (index, location) in order; for verify only (a full scan)."""
         with self.env.begin(db=self._entries) as txn:
-            for key, val in txn.cursor():
-                yield _KEY.unpack(key)[0], Location._make(_LOCATION.unpack(val))
+            for index, val in self._scan(txn, self._entries):
+                yield index, Location._make(_LOCATION.unpack(val))
 
     def config_indexes(self) -> list[int]:
         with self.env.begin(db=self._configs) as txn:
-            return [_KEY.unpack(k)[0] for k in txn.cursor().iternext(keys=True, values=False)]
+            return [index for index, _ in self._scan(txn, self._configs)]
 
     def hard_state(self) -> HardState:
         raw = self._get_meta(_HARD_STATE_KEY)
@@ -151,12 +210,13 @@ class LogIndex:
     def sealed_segments(self) -> dict[int, SealedSegment]:
         with self.env.begin(db=self._segments) as txn:
             return {
-                _KEY.unpack(k)[0]: SealedSegment._make(_SEALED.unpack(v)) for k, v in txn.cursor()
+                i: SealedSegment._make(_SEALED.unpack(v))
+                for i, v in self._scan(txn, self._segments)
             }
 
     def _get_meta(self, key: bytes) -> bytes | None:
         with self.env.begin(db=self._meta) as txn:
-            return txn.get(key)
+            return txn.get(self._prefix + key)
 
     # -- writes ------------------------------------------------------------
 
@@ -177,56 +237,65 @@ class IndexWriter:
         self._txn = txn
 
     def put_locations(self, first: int, locations: list[Location]) -> None:
-        pack, key = _LOCATION.pack, _KEY.pack
-        items = [(key(first + i), pack(*loc)) for i, loc in enumerate(locations)]
+        pack, k = _LOCATION.pack, self._ix._k
+        items = [(k(first + i), pack(*loc)) for i, loc in enumerate(locations)]
         cur = self._txn.cursor(db=self._ix._entries)
-        cur.putmulti(items, append=True, overwrite=True)
+        # append=True (a fast path) needs keys above every key in the database,
+        # true only when this log is alone in its environment.
+        cur.putmulti(items, append=not self._ix._prefix, overwrite=True)
 
     def delete_from(self, index: int) -> None:
         """Remove every entry (and config marker) >= index."""
+        prefix, plen = self._ix._prefix, self._ix._plen
         for db in (self._ix._entries, self._ix._configs):
             cur = self._txn.cursor(db=db)
-            if cur.set_range(_KEY.pack(index)):
-                while cur.delete():
+            if cur.set_range(self._ix._k(index)):
+                while cur.key()[:plen] == prefix and cur.delete():
                     pass
 
     def put_configs(self, indexes: list[int]) -> None:
         for i in indexes:
-            self._txn.put(_KEY.pack(i), b"", db=self._ix._configs)
+            self._txn.put(self._ix._k(i), b"", db=self._ix._configs)
 
     def delete_below(self, index: int) -> None:
         """Remove every entry and config marker < index (walks the removed range once)."""
+        prefix, plen = self._ix._prefix, self._ix._plen
         for db in (self._ix._entries, self._ix._configs):
             cur = self._txn.cursor(db=db)
-            if cur.first():
-                while (key := cur.key()) and _KEY.unpack(key)[0] < index:
-                    if not cur.delete():
+            if cur.set_range(prefix) if prefix else cur.first():
+                while (key := cur.key()) and key[:plen] == prefix:
+                    if _KEY.unpack(key[plen:])[0] >= index or not cur.delete():
                         break
 
     def seal_segment(self, segment: int, last_index: int, end: int) -> None:
-        self._txn.put(_KEY.pack(segment), _SEALED.pack(last_index, end), db=self._ix._segments)
+        self._txn.put(self._ix._k(segment), _SEALED.pack(last_index, end), db=self._ix._segments)
 
     def forget_segment(self, segment: int) -> None:
-        self._txn.delete(_KEY.pack(segment), db=self._ix._segments)
+        self._txn.delete(self._ix._k(segment), db=self._ix._segments)
+
+    def _put_meta(self, key: bytes, value: bytes) -> None:
+        self._txn.put(self._ix._prefix + key, value, db=self._ix._meta)
+
+    def _delete_meta(self, key: bytes) -> None:
+        self._txn.delete(self._ix._prefix + key, db=self._ix._meta)
 
     def set_hard_state(self, hs: HardState) -> None:
-        self._txn.put(_HARD_STATE_KEY, _HARD_STATE.pack(*hs), db=self._ix._meta)
+        self._put_meta(_HARD_STATE_KEY, _HARD_STATE.pack(*hs))
 
     def set_first_index(self, index: int, prev_term: int) -> None:
-        self._txn.put(_FIRST_INDEX_KEY, _FIRST.pack(index, prev_term), db=self._ix._meta)
+        self._put_meta(_FIRST_INDEX_KEY, _FIRST.pack(index, prev_term))
 
     def set_checkpoint(self, cp: Checkpoint | None) -> None:
         if cp is None:
-            self._txn.delete(_CHECKPOINT_KEY, db=self._ix._meta)
+            self._delete_meta(_CHECKPOINT_KEY)
         else:
-            self._txn.put(_CHECKPOINT_KEY, _CHECKPOINT.pack(*cp), db=self._ix._meta)
+            self._put_meta(_CHECKPOINT_KEY, _CHECKPOINT.pack(*cp))
 
     def set_snapshot(self, meta: SnapshotMeta) -> None:
-        value = _SNAPSHOT_HEAD.pack(meta.index, meta.term) + meta.data
-        self._txn.put(_SNAPSHOT_KEY, value, db=self._ix._meta)
+        self._put_meta(_SNAPSHOT_KEY, _SNAPSHOT_HEAD.pack(meta.index, meta.term) + meta.data)
 
     def set_truncate_intent(self, intent: TruncateIntent | None) -> None:
         if intent is None:
-            self._txn.delete(_INTENT_KEY, db=self._ix._meta)
+            self._delete_meta(_INTENT_KEY)
         else:
-            self._txn.put(_INTENT_KEY, _INTENT.pack(*intent), db=self._ix._meta)
+            self._put_meta(_INTENT_KEY, _INTENT.pack(*intent))

@@ -39,7 +39,14 @@ from raftlog.storage.errors import (
     LogRangeError,
     StorageClosedError,
 )
-from raftlog.storage.index import Checkpoint, Location, LogIndex, TruncateIntent
+from raftlog.storage.index import (
+    Checkpoint,
+    IndexEnv,
+    Location,
+    LogIndex,
+    TruncateIntent,
+    group_prefix,
+)
 from raftlog.storage.options import StorageOptions
 from raftlog.storage.segments import (
     FILE_HEADER_SIZE,
@@ -69,9 +76,17 @@ class StoreStats:
 class LogStore:
     """A Raft log on disk. Open with LogStore.open(directory)."""
 
-    def __init__(self, directory: str, options: StorageOptions) -> None:
+    def __init__(
+        self,
+        directory: str,
+        options: StorageOptions,
+        shared_index: IndexEnv | None = None,
+        group_id: int = 0,
+    ) -> None:
         self.directory = directory
         self.options = options
+        self.group_id = group_id
+        self._shared_index = shared_index
         self.stats = StoreStats()
         self._seg_dir = os.path.join(directory, "segments")
         self._lock = threading.Lock()
@@ -105,14 +120,24 @@ class LogStore:
     # ------------------------------------------------------------------ open
 
     @classmethod
-    def open(cls, directory: str, options: StorageOptions | None = None) -> LogStore:
+    def open(
+        cls,
+        directory: str,
+        options: StorageOptions | None = None,
+        *,
+        shared_index: IndexEnv | None = None,
+        group_id: int = 0,
+    ) -> LogStore:
         """Open (or create) the log in directory, recovering from any crash.
 
         Raises DataDirLockedError if another process has it open, and
         CorruptLogError (naming file and byte offset) for damage that is not a
-        torn tail.
+        torn tail. shared_index is for LogEnvironment only: the log's index
+        then lives in that environment under group_id's key prefix, and the
+        environment (which holds the data directory's lock) guarantees that
+        nobody else has this log open, so the log takes no lock of its own.
         """
-        store = cls(directory, options or StorageOptions())
+        store = cls(directory, options or StorageOptions(), shared_index, group_id)
         try:
             store._open()
         except BaseException:
@@ -122,6 +147,18 @@ class LogStore:
 
     def _open(self) -> None:
         os.makedirs(self._seg_dir, exist_ok=True)
+        if self._shared_index is not None:
+            self._index = LogIndex(
+                "", 0, shared=self._shared_index, prefix=group_prefix(self.group_id)
+            )
+        else:
+            self._lock_directory()
+            self._index = LogIndex(
+                os.path.join(self.directory, "index"), self.options.lmdb_map_bytes
+            )
+        self._recover()
+
+    def _lock_directory(self) -> None:
         self._lock_fd = os.open(os.path.join(self.directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -129,7 +166,8 @@ class LogStore:
             raise DataDirLockedError(
                 f"data directory {self.directory} is in use by another process"
             ) from None
-        self._index = LogIndex(os.path.join(self.directory, "index"), self.options.lmdb_map_bytes)
+
+    def _recover(self) -> None:
         self._hard_state = self._index.hard_state()
         self._snapshot = self._index.snapshot()
         first = self._index.first_index()
@@ -365,6 +403,10 @@ class LogStore:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def __enter__(self) -> LogStore:
         return self

@@ -2,21 +2,26 @@
 
 Both transports have the same surface: `await start(handler)`, `send(msgs)`
 (non-blocking; lost messages are fine for Raft), `add_peer`, `on_unreachable`,
-`stats`, `await close()`.
+`stats`, `await close()`, and per-group delivery: `register_group(id, handler)`
+/ `unregister_group(id)` (one transport serves many Raft groups).
 """
 
-from raftlog.transport.codec import DecodeLimits, InvalidMessageError, decode_batch, encode_batch
-from raftlog.transport.errors import TransportError
-from raftlog.transport.grpc_transport import (
-    GrpcTransport,
-    MessageHandler,
-    TransportOptions,
-    TransportStats,
+from raftlog.transport.codec import (
+    DecodeLimits,
+    InvalidMessageError,
+    UnknownGroupError,
+    decode_batch,
+    decode_batch_known,
+    encode_batch,
 )
+from raftlog.transport.errors import TransportError
+from raftlog.transport.grpc_transport import GrpcTransport, TransportOptions
 from raftlog.transport.local import LocalNetwork, LocalTransport
+from raftlog.transport.routing import GroupRouter, MessageHandler, TransportStats
 
 __all__ = [
     "DecodeLimits",
+    "GroupRouter",
     "GrpcTransport",
     "InvalidMessageError",
     "LocalNetwork",
@@ -25,6 +30,8 @@ __all__ = [
     "TransportError",
     "TransportOptions",
     "TransportStats",
+    "UnknownGroupError",
     "decode_batch",
+    "decode_batch_known",
     "encode_batch",
 ]

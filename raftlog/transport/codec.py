@@ -39,6 +39,18 @@ class InvalidMessageError(ValueError):
     """A received message that is not a well-formed Raft message for this node."""
 
 
+class UnknownGroupError(InvalidMessageError):
+    """A well-addressed message for a Raft group this node does not (or no longer) host.
+
+    Not a structural error: groups are created and deleted while peers still
+    send, so the transport drops such a message alone (decode_batch_known).
+    """
+
+    def __init__(self, group_id: int) -> None:
+        super().__init__(f"message for unknown group {group_id}")
+        self.group_id = group_id
+
+
 @dataclass(frozen=True, slots=True)
 class DecodeLimits:
     """Bounds a received batch must respect (defaults match the transport's)."""
@@ -278,7 +290,7 @@ def decode_message(
     if p.src not in peers or p.src == node_id:
         raise InvalidMessageError(f"message from unknown node {p.src}")
     if p.group_id not in groups:
-        raise InvalidMessageError(f"message for unknown group {p.group_id}")
+        raise UnknownGroupError(p.group_id)
     _check_u63("term", p.term)
     if p.term == 0 and p.type != MsgType.READ_INDEX:
         raise InvalidMessageError(f"{MsgType(p.type).name} without a term")
@@ -298,3 +310,30 @@ def decode_batch(
     if len(batch.messages) > lim.max_messages:
         raise InvalidMessageError(f"{len(batch.messages)} messages in one batch exceed the limit")
     return [decode_message(p, node_id, peers, groups, lim) for p in batch.messages]
+
+
+def decode_batch_known(
+    batch: pb.MessageBatch,
+    node_id: int,
+    peers: Container[int],
+    groups: Container[int],
+    limits: DecodeLimits | None = None,
+) -> tuple[list[Message], list[int]]:
+    """(messages for known groups, group ids of the messages dropped as unknown).
+
+    Like decode_batch, but a message for a group not in groups is dropped on
+    its own instead of failing the batch; every other problem still raises
+    InvalidMessageError for the whole batch (a peer that sends malformed
+    messages is broken, one that names a deleted group is merely late).
+    """
+    lim = limits or DecodeLimits()
+    if len(batch.messages) > lim.max_messages:
+        raise InvalidMessageError(f"{len(batch.messages)} messages in one batch exceed the limit")
+    out: list[Message] = []
+    unknown: list[int] = []
+    for p in batch.messages:
+        try:
+            out.append(decode_message(p, node_id, peers, groups, lim))
+        except UnknownGroupError as exc:
+            unknown.append(exc.group_id)
+    return out, unknown

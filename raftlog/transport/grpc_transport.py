@@ -1,15 +1,30 @@
 """gRPC transport: one ordered client stream per peer, batches of messages.
 
-Sending never blocks the caller: `send` puts messages on the peer's bounded
-queue and one sender task per peer drains everything queued into a single
-MessageBatch write. Raft tolerates lost messages, so when a peer is down or its
-queue is full, messages are dropped (counted) and `on_unreachable(peer)` tells
-the node to fall back to probing. The sender reconnects with exponential
-back-off (50 ms doubling to 1 s).
+One transport serves every Raft group of a process: messages carry their
+`group_id`, and handlers are registered per group (`register_group`), or for
+all the constructor's groups at once by `start(handler)` (one group today).
 
-Receiving: each batch is decoded and validated (codec.decode_batch); a bad
-batch aborts that stream with INVALID_ARGUMENT and is counted, and the node
-never sees it. gRPC enforces max_message_bytes before we parse anything.
+Sending never blocks the caller: `send` puts messages on one of the peer's two
+bounded lanes and one sender task per peer drains them into a single
+MessageBatch write. The *control* lane (votes, heartbeats, every response,
+TimeoutNow, ReadIndex) is drained first into each batch; the *data* lane
+(AppendEntries, snapshot chunks) is bounded in messages and in bytes (by
+max_message_bytes). So a busy
+group's appends can delay or drop only appends, never another group's
+heartbeats and votes (which would cause spurious elections). Order is kept
+within a lane; Raft tolerates reordering across lanes (messages are
+independent and stale ones are ignored by term/index checks).
+Raft tolerates lost messages, so when a peer is down or a lane is full,
+messages are dropped (counted) and `on_unreachable(peer)` tells the node to
+fall back to probing. The sender reconnects with exponential back-off (50 ms
+doubling to 1 s).
+
+Receiving: each batch is decoded and validated (codec.decode_batch_known). A
+message for a group not registered here (created/deleted races) is dropped
+alone, counted in `stats.unknown_group_messages` and logged at most once per
+10 s (routing.UNKNOWN_GROUP_LOG_INTERVAL_S); a structurally bad batch aborts that stream
+with INVALID_ARGUMENT and is counted, and no handler sees it. gRPC enforces
+max_message_bytes before we parse anything.
 """
 
 from __future__ import annotations
@@ -23,18 +38,17 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from raftlog.core.messages import Message
+from raftlog.core.messages import Message, MsgType
 from raftlog.transport import raft_pb2 as pb
-from raftlog.transport.codec import DecodeLimits, InvalidMessageError, decode_batch
+from raftlog.transport.codec import DecodeLimits, InvalidMessageError, decode_batch_known
 from raftlog.transport.errors import TransportError
+from raftlog.transport.routing import GroupRouter, MessageHandler, TransportStats
 from raftlog.transport.wire import EntryEncoder, encode_batch_bytes
 
 log = logging.getLogger("raftlog.transport")
 
 _SERVICE = "raftlog.Raft"
 _SEND_PATH = f"/{_SERVICE}/Send"
-
-MessageHandler = Callable[[list[Message]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,16 +72,6 @@ class TransportOptions:
             raise ValueError("TransportOptions back-off must satisfy 0 < initial <= max")
 
 
-@dataclass(slots=True)
-class TransportStats:
-    sent_messages: int = 0
-    sent_batches: int = 0
-    dropped_messages: int = 0
-    received_messages: int = 0
-    rejected_batches: int = 0
-    reconnects: int = 0
-
-
 def _approx_bytes(m: Message) -> int:
     entries = getattr(m, "entries", None)
     if entries:
@@ -76,34 +80,70 @@ def _approx_bytes(m: Message) -> int:
     return len(data) + 64 if data else 64
 
 
+# Kinds that go on the data lane; everything else is small control traffic.
+_DATA_KINDS = frozenset((MsgType.APPEND, MsgType.SNAPSHOT))
+
+
 class _PeerSender:
-    """Queue and sender task for one peer."""
+    """The two send lanes and the sender task for one peer."""
 
     def __init__(self, transport: GrpcTransport, peer: int, address: str) -> None:
         self.t = transport
         self.peer = peer
         self.address = address
-        self.queue: collections.deque[Message] = collections.deque()
+        self.control: collections.deque[Message] = collections.deque()
+        self.data: collections.deque[tuple[Message, int]] = collections.deque()
+        self.data_bytes = 0
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task | None = None
         self.connected = False
 
     def enqueue(self, m: Message) -> None:
-        if len(self.queue) >= self.t.options.queue_max_messages:
-            self.t.stats.dropped_messages += 1
-            self.t._report_unreachable(self.peer)
-            return
-        self.queue.append(m)
+        opts = self.t.options
+        if m.type in _DATA_KINDS:
+            size = _approx_bytes(m)
+            # Each lane holds queue_max_messages; the data lane also at most one
+            # maximum gRPC message of bytes (an empty lane accepts any one message).
+            if len(self.data) >= opts.queue_max_messages or (
+                self.data and self.data_bytes + size > opts.max_message_bytes
+            ):
+                self._overflow()
+                return
+            self.data.append((m, size))
+            self.data_bytes += size
+        else:
+            if len(self.control) >= opts.queue_max_messages:
+                self._overflow()
+                return
+            self.control.append(m)
         self.wakeup.set()
 
+    def _overflow(self) -> None:
+        self.t.stats.dropped_messages += 1
+        self.t._report_unreachable(self.peer)
+
+    def has_queued(self) -> bool:
+        return bool(self.control or self.data)
+
+    def clear(self) -> int:
+        n = len(self.control) + len(self.data)
+        self.control.clear()
+        self.data.clear()
+        self.data_bytes = 0
+        return n
+
     def _take_batch(self) -> list[Message]:
-        out: list[Message] = []
+        # Control first, all of it (small); then data up to max_batch_bytes.
+        out: list[Message] = list(self.control)
+        self.control.clear()
         size = 0
         limit = self.t.options.max_batch_bytes
-        while self.queue and (not out or size < limit):
-            m = self.queue.popleft()
+        data = self.data
+        while data and (not out or size < limit):
+            m, n = data.popleft()
+            self.data_bytes -= n
             out.append(m)
-            size += _approx_bytes(m)
+            size += n
         return out
 
     async def run(self) -> None:
@@ -119,7 +159,7 @@ class _PeerSender:
                     _SEND_PATH, response_deserializer=pb.SendSummary.FromString
                 )()
                 while not self.t._closed:
-                    if not self.queue:
+                    if not self.has_queued():
                         self.wakeup.clear()
                         await self.wakeup.wait()
                         continue
@@ -145,8 +185,7 @@ class _PeerSender:
             self.t.stats.reconnects += 1
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, opts.backoff_max_s)
-            self.t.stats.dropped_messages += len(self.queue)
-            self.queue.clear()
+            self.t.stats.dropped_messages += self.clear()
 
     def _lost(self, pending: list[Message], exc: BaseException) -> None:
         self.t.stats.dropped_messages += len(pending)
@@ -166,7 +205,9 @@ class GrpcTransport:
     """The Raft transport of one node over gRPC (grpc.aio).
 
     peers: node id -> "host:port" of every OTHER node (this node's own address
-    is `listen`). groups: the Raft group ids this node accepts messages for.
+    is `listen`). groups: the Raft group ids `start(handler)` registers handler
+    for; more are added and removed with register_group / unregister_group.
+    Messages for any other group are dropped one by one (and counted).
     """
 
     def __init__(
@@ -187,7 +228,7 @@ class GrpcTransport:
         self.on_unreachable: Callable[[int], None] | None = None
         self._peers = dict(peers)
         self._known = set(peers)
-        self._handler: MessageHandler | None = None
+        self._router = GroupRouter(self.stats)
         self._server: grpc.aio.Server | None = None
         self._senders: dict[int, _PeerSender] = {}
         self._closed = False
@@ -205,9 +246,35 @@ class GrpcTransport:
             ("grpc.max_reconnect_backoff_ms", 1000),
         ]
 
-    async def start(self, handler: MessageHandler) -> None:
-        """Serve incoming messages (handler gets validated batches) and start senders."""
-        self._handler = handler
+    @property
+    def accepted_groups(self) -> frozenset[int]:
+        """The groups whose messages are delivered (those with a handler)."""
+        return frozenset(self._router.handlers)
+
+    def register_group(self, group_id: int, handler: MessageHandler) -> None:
+        """Deliver validated messages of group_id to handler (replacing any earlier one).
+
+        May be called before or after start; messages of one batch reach one
+        handler in wire order.
+        """
+        self.groups.add(group_id)
+        self._router.handlers[group_id] = handler
+
+    def unregister_group(self, group_id: int) -> None:
+        """Stop delivering group_id: its messages are dropped as unknown from now on."""
+        self.groups.discard(group_id)
+        self._router.handlers.pop(group_id, None)
+
+    async def start(self, handler: MessageHandler | None = None) -> None:
+        """Serve incoming messages and start senders.
+
+        handler, if given, is registered for every group passed to the
+        constructor (the single-group use); otherwise register groups with
+        register_group.
+        """
+        if handler is not None:
+            for g in self.groups:
+                self.register_group(g, handler)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", self.options.max_message_bytes),
@@ -274,20 +341,23 @@ class GrpcTransport:
         self, request_iterator, context: grpc.aio.ServicerContext
     ) -> pb.SendSummary:
         received = 0
+        router = self._router
         async for batch in request_iterator:
             try:
-                msgs = decode_batch(
-                    batch, self.node_id, self._known, self.groups, self.options.limits
+                msgs, unknown = decode_batch_known(
+                    batch, self.node_id, self._known, router.handlers, self.options.limits
                 )
             except InvalidMessageError as exc:
                 self.stats.rejected_batches += 1
                 log.warning("transport.rejected peer=%s reason=%s", context.peer(), exc)
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"rejected: {exc}")
                 raise AssertionError("unreachable") from exc
+            if unknown:
+                router.unknown(context.peer(), unknown)
             received += len(msgs)
             self.stats.received_messages += len(msgs)
-            if msgs and self._handler is not None:
-                self._handler(msgs)
+            if msgs:
+                router.deliver(msgs)
         return pb.SendSummary(received=received)
 
     async def close(self) -> None:

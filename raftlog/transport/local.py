@@ -3,7 +3,9 @@
 Messages go through the codec (encode, then decode with full validation), so a
 test on LocalNetwork exercises the wire mapping too. Delivery is on the event
 loop (call_soon), in order per (src, dst) pair. `partition`/`heal` and
-`isolate` drop messages between groups of nodes.
+`isolate` drop messages between sets of nodes. Groups are routed as in
+GrpcTransport: `start(handler)` or `register_group`; a message for a group
+with no handler is dropped alone and counted.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import asyncio
 from collections.abc import Callable, Iterable
 
 from raftlog.core.messages import Message
-from raftlog.transport.codec import decode_batch, encode_batch
-from raftlog.transport.grpc_transport import MessageHandler, TransportStats
+from raftlog.transport.codec import decode_batch_known, encode_batch
+from raftlog.transport.routing import GroupRouter, MessageHandler, TransportStats
 
 
 class LocalNetwork:
@@ -49,12 +51,17 @@ class LocalNetwork:
             by_dst.setdefault(m.dst, []).append(m)
         for dst, batch in by_dst.items():
             target = self._nodes.get(dst)
-            if target is None or (src, dst) in self._blocked or target._handler is None:
+            if target is None or (src, dst) in self._blocked or not target._started:
                 self._nodes[src].stats.dropped_messages += len(batch)
                 continue
             wire = encode_batch(batch)
-            decoded = decode_batch(wire, dst, set(self._nodes), target.groups)
-            asyncio.get_running_loop().call_soon(target._receive, decoded)
+            decoded, unknown = decode_batch_known(
+                wire, dst, set(self._nodes), target._router.handlers
+            )
+            if unknown:
+                target._router.unknown(f"node-{src}", unknown)
+            if decoded:
+                asyncio.get_running_loop().call_soon(target._receive, decoded)
 
 
 class LocalTransport:
@@ -64,10 +71,23 @@ class LocalTransport:
         self.groups = groups
         self.stats = TransportStats()
         self.on_unreachable: Callable[[int], None] | None = None
-        self._handler: MessageHandler | None = None
+        self._router = GroupRouter(self.stats)
+        self._started = False
 
-    async def start(self, handler: MessageHandler) -> None:
-        self._handler = handler
+    def register_group(self, group_id: int, handler: MessageHandler) -> None:
+        """Deliver messages of group_id to handler (as GrpcTransport.register_group)."""
+        self.groups.add(group_id)
+        self._router.handlers[group_id] = handler
+
+    def unregister_group(self, group_id: int) -> None:
+        self.groups.discard(group_id)
+        self._router.handlers.pop(group_id, None)
+
+    async def start(self, handler: MessageHandler | None = None) -> None:
+        if handler is not None:
+            for g in self.groups:
+                self.register_group(g, handler)
+        self._started = True
 
     def add_peer(self, peer: int, address: str) -> None:
         pass
@@ -78,9 +98,9 @@ class LocalTransport:
         self.network._deliver(self.node_id, batch)
 
     def _receive(self, msgs: list[Message]) -> None:
-        if self._handler is not None:
+        if self._started:
             self.stats.received_messages += len(msgs)
-            self._handler(msgs)
+            self._router.deliver(msgs)
 
     async def close(self) -> None:
-        self._handler = None
+        self._started = False

@@ -43,17 +43,21 @@ class EntryEncoder:
     """Encodes runs of entries as consecutive `Entry` fields (field 8 of RaftMessage).
 
     A leader sends the same run of entries to every follower, so encoded runs
-    are cached by (first index, last index, last term); the second follower's
-    copy costs one lookup. Within a run each entry header is one struct.pack.
+    are cached by (group, first index, last index, last term); the second
+    follower's copy costs one lookup. Invariant: the group id is part of the
+    key, because one transport (and so one cache) carries many Raft groups and
+    two groups routinely have runs with equal indexes and terms: without it a
+    follower would append another group's entries and diverge silently.
+    Within a run each entry header is one struct.pack.
     """
 
     def __init__(self, capacity: int = 256) -> None:
-        self._cache: OrderedDict[tuple[int, int, int], bytes] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int, int, int], bytes] = OrderedDict()
         self._capacity = capacity
 
-    def run(self, entries: list[LogEntry]) -> bytes:
+    def run(self, entries: list[LogEntry], group_id: int = 0) -> bytes:
         first, last = entries[0], entries[-1]
-        key = (first.index, last.index, last.term)
+        key = (group_id, first.index, last.index, last.term)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -114,7 +118,7 @@ def _message_parts(m: Message, entries: EntryEncoder, out: list[bytes]) -> None:
         _u(p, 6, m.prev_index)
         _u(p, 7, m.prev_term)
         if m.entries:
-            block = entries.run(m.entries)
+            block = entries.run(m.entries, m.group_id)
             tail.append(block)
             size += len(block)
         _u(tail, 9, m.commit)

@@ -105,14 +105,22 @@ def test_hostile_input_is_rejected_and_the_server_survives():
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await raw(iter([b"\xff\xfe garbage \x00" * 10]))
             assert err.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
-            # A valid protobuf for a group this node does not host.
+            # A valid protobuf for a group this node does not host: dropped
+            # alone and counted, the stream stays up (other groups share it).
             wrong_group = pb.MessageBatch(
                 messages=[pb.RaftMessage(type=5, group_id=77, src=1, dst=2, term=1)]
             ).SerializeToString()
+            summary = pb.SendSummary.FromString(await raw(iter([wrong_group])))
+            assert summary.received == 0
+            assert b.stats.unknown_group_messages == 1
+            # A message from a node that is not a peer: the stream is aborted.
+            stranger = pb.MessageBatch(
+                messages=[pb.RaftMessage(type=5, group_id=0, src=9, dst=2, term=1)]
+            ).SerializeToString()
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await raw(iter([wrong_group]))
+                await raw(iter([stranger]))
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert "unknown group" in err.value.details()
+            assert "unknown node" in err.value.details()
             # Bigger than max_message_bytes: refused before it is parsed.
             huge = pb.MessageBatch(
                 messages=[
@@ -141,5 +149,82 @@ def test_listen_on_a_taken_port_is_a_clear_error():
         with pytest.raises(TransportError, match="cannot listen"):
             await b.start(lambda m: None)
         await a.close()
+
+    run(main())
+
+
+# ---------------------------------------------------------------- many groups on one link
+
+
+def beat(group: int, term: int = 3) -> Heartbeat:
+    return Heartbeat(src=1, dst=2, term=term, group_id=group, commit=0)
+
+
+def test_a_message_for_an_unknown_group_is_dropped_alone():
+    # One unknown group id in a batch must not abort the stream that carries
+    # every other group's traffic (routine during group create/delete races).
+    async def main():
+        a, b, got = await pair()
+        a.send([beat(99), append(1), beat(98)])
+        a.send([append(2)])
+        await wait_until(lambda: len(got) == 2, what="the group-0 messages")
+        assert [m.entries[0].index for m in got] == [1, 2]
+        assert b.stats.unknown_group_messages == 2
+        assert b.stats.rejected_batches == 0
+        assert a.stats.reconnects == 0 and a.stats.dropped_messages == 0
+        await a.close()
+        await b.close()
+
+    run(main())
+
+
+def test_heartbeats_and_votes_are_not_crowded_out_by_appends():
+    # A busy group fills the peer's data lane; another group's heartbeat, sent
+    # after, must still be delivered, and ahead of the append backlog.
+    async def main():
+        opts = TransportOptions(queue_max_messages=64)
+        got: list = []
+        a = GrpcTransport(1, "127.0.0.1:0", {}, groups=(0, 1), options=opts)
+        b = GrpcTransport(2, "127.0.0.1:0", {}, groups=(0, 1), options=opts)
+        await a.start(lambda msgs: None)
+        await b.start(got.extend)
+        a.add_peer(2, f"127.0.0.1:{b.bound_port}")
+        b.add_peer(1, f"127.0.0.1:{a.bound_port}")
+        for i in range(1, 201):  # no await: everything is queued before the sender runs
+            a.send([append(i, size=1000)])
+        a.send([beat(1)])
+        await wait_until(lambda: any(isinstance(m, Heartbeat) for m in got), what="heartbeat")
+        kinds = [type(m).__name__ for m in got]
+        assert kinds[0] == "Heartbeat", kinds[:3]
+        assert got[0].group_id == 1
+        assert a.stats.dropped_messages == 200 - 64  # only the data lane overflowed
+        await a.close()
+        await b.close()
+
+    run(main())
+
+
+def test_groups_registered_on_one_transport_get_their_own_messages():
+    async def main():
+        a = GrpcTransport(1, "127.0.0.1:0", {}, groups=())
+        b = GrpcTransport(2, "127.0.0.1:0", {}, groups=())
+        got = {g: [] for g in (1, 2, 3)}
+        for g in got:
+            b.register_group(g, got[g].extend)
+        await a.start()
+        await b.start()
+        assert b.accepted_groups == {1, 2, 3}
+        a.add_peer(2, f"127.0.0.1:{b.bound_port}")
+        b.add_peer(1, f"127.0.0.1:{a.bound_port}")
+        a.send([beat(1), beat(2), beat(3, term=5), beat(2, term=4)])
+        await wait_until(lambda: sum(map(len, got.values())) == 4, what="4 beats")
+        assert [m.term for m in got[2]] == [3, 4]
+        assert [m.group_id for m in got[1] + got[3]] == [1, 3]
+        b.unregister_group(3)
+        a.send([beat(3), beat(1)])
+        await wait_until(lambda: len(got[1]) == 2, what="group 1's second beat")
+        assert len(got[3]) == 1 and b.stats.unknown_group_messages == 1
+        await a.close()
+        await b.close()
 
     run(main())
