@@ -116,7 +116,7 @@ def probe(conn: Conn, corr: int) -> None:
     while True:
         payload = conn.recv_frame()
         if struct.unpack_from(">i", payload)[0] == corr:
-            got, err, keys = parse_api_versions_v0(payload)
+            _corr, err, keys = parse_api_versions_v0(payload)
             assert err == 0 and 18 in keys, (err, keys)
             return
 

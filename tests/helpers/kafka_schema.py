@@ -227,7 +227,9 @@ class _Walker:
                 inner = _Walker(self.buf, pos + size, self.marks)
                 got = inner.field(tagged[tag], pos, True, path)
                 if got != pos + size:
-                    raise WireError(f"{path}.<tag {tag}>: value ends at {got}, size says {pos + size}")
+                    raise WireError(
+                        f"{path}.<tag {tag}>: value ends at {got}, size says {pos + size}"
+                    )
             pos += size
         return pos
 
@@ -265,7 +267,9 @@ def decode_response(api_key: int, version: int, frame: bytes) -> tuple[Any, Any]
     return header, strict_decode(cls, frame, hdr_end)
 
 
-def encode_header(api_key: int, version: int, corr: int, client_id: str | None = "harness") -> bytes:
+def encode_header(
+    api_key: int, version: int, corr: int, client_id: str | None = "harness"
+) -> bytes:
     hdr_cls = load_request_schema(api_key, version).__header_schema__
     buf = io.BytesIO()
     values: dict[str, Any] = {
@@ -298,3 +302,21 @@ def encode_request(entity: Any, corr: int, client_id: str | None = "harness") ->
 def header_length(api_key: int, version: int, payload: bytes) -> int:
     """Where the body starts in a request payload (after the size prefix)."""
     return walk(load_request_schema(api_key, version).__header_schema__, payload, 0)
+
+
+def inject_tag(
+    payload: bytes, tags: Landmark, tag: int = 1000, value: bytes = b"\x01\x02\x03"
+) -> bytes:
+    """payload with one more tagged field (`tag`, after the existing ones, which
+    keeps tags ascending) in the tag section at `tags` (a "tags" landmark)."""
+    assert tags.kind == "tags"
+    pos = tags.pos + tags.width
+    for _ in range(tags.value):
+        _t, pos = read_uvarint(payload, pos, len(payload))
+        size, pos = read_uvarint(payload, pos, len(payload))
+        pos += size
+    extra = uvarint(tag) + uvarint(len(value)) + value
+    count = uvarint(tags.value + 1)
+    return (
+        payload[: tags.pos] + count + payload[tags.pos + tags.width : pos] + extra + payload[pos:]
+    )

@@ -31,7 +31,7 @@ class Context:
     """What a valid request refers to."""
 
     topic: str = "harness"
-    topic_id: uuid.UUID = uuid.UUID(int=0)
+    topic_id: uuid.UUID = field(default_factory=lambda: uuid.UUID(int=0))
     partition: int = 0
     group: str = "harness-group"
     records: bytes = field(default_factory=lambda: make_batch([b"harness"]))
@@ -204,9 +204,9 @@ def _rand_prim(rng: random.Random, spec_name: str, ktype: str, optional: bool, c
 def random_value(cls: type, rng: random.Random, ctx: Context, depth: int = 0) -> Any:
     kwargs: dict[str, Any] = {}
     for spec in field_specs(cls):
-        if spec.tag is not None and spec.default is not dataclasses.MISSING:
-            if rng.random() < 0.7:
-                continue
+        tagged_default = spec.tag is not None and spec.default is not dataclasses.MISSING
+        if tagged_default and rng.random() < 0.7:
+            continue  # mostly leave a tagged field out, as clients do
         if spec.kind == "entity_array":
             if spec.optional and rng.random() < 0.15:
                 kwargs[spec.name] = None
