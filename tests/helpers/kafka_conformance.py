@@ -197,7 +197,9 @@ class Checker:
             return self._exchange(node, api_key, version, payload, corr, what, expect, closes)
         finally:
             for i, text in new_problems(self.harness.cluster, before).items():
-                tail = text.strip().splitlines()[-1][:300]
+                lines = text.strip().splitlines()
+                hits = [ln for ln in lines if not ln.startswith(" ") and "Error" in ln]
+                tail = (hits or lines)[-1][:300]
                 self.fail(node, what, f"node {i} logged an internal error/traceback: {tail}")
 
     def _exchange(

@@ -72,16 +72,14 @@ async def probe_new_connection(port: int, corr: int) -> None:
     """ApiVersions on a new connection; NodeDown if the node does not answer."""
     writer = None
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection("127.0.0.1", port), PROBE_S
-        )
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), PROBE_S)
         writer.write(api_versions_frame(corr))
         await writer.drain()
         payload = await _read_frame(reader, PROBE_S)
         got, err, keys = parse_api_versions_v0(payload)
         if got != corr or err != 0 or 18 not in keys:
             raise NodeDown(f"ApiVersions answer corr={got} err={err}")
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, WireError) as e:
+    except (TimeoutError, OSError, asyncio.IncompleteReadError, WireError) as e:
         raise NodeDown(repr(e)) from e
     finally:
         if writer is not None:
@@ -118,7 +116,7 @@ class Worker:
         if self.writer is None:
             try:
                 await self._connect()
-            except (OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError) as e:
                 raise NodeDown(f"connect: {e!r}") from e
         assert self.reader is not None and self.writer is not None
         corr = self._probe_corr()
@@ -136,7 +134,7 @@ class Worker:
                 return
         except (ConnectionError, asyncio.IncompleteReadError):
             self.stats.closed_by_server += 1
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.stats.held += 1
         except WireError as e:
             self.stats.bad_answers.append(f"node {self.node}: {e} after {m.describe()}")

@@ -25,9 +25,8 @@ from collections.abc import Iterator
 import pytest
 from kio.index import load_request_schema
 
-from tests.helpers.kafka_fuzz import NodeDown, probe_new_connection, run_fuzz
+from tests.helpers.kafka_fuzz import FuzzStats, NodeDown, Worker, run_fuzz
 from tests.helpers.kafka_harness import (
-    PROBE_CORR,
     Conn,
     Harness,
     advertised,
@@ -136,26 +135,19 @@ def summarize_logs(problems: dict[int, str]) -> list[str]:
 
 
 def triage(h: Harness, suspects: list[tuple[int, Mutant]]) -> list[Mutant]:
-    """Replay each suspect alone on a fresh connection; those after which the
-    node stops answering are killers (the node is restarted after each)."""
+    """Replay each suspect alone on a fresh connection (then ApiVersions, as in
+    the run); those after which the node stops answering are killers (the node
+    is restarted after each)."""
 
     async def replay(node: int, m: Mutant) -> bool:
-        port = h.port(node)
+        w = Worker(0, node, h.port(node), FuzzStats())
         try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(m.wire)
-            if m.eof:
-                writer.write_eof()
-            await writer.drain()
-            try:
-                await asyncio.wait_for(reader.read(1 << 16), 2.0)
-            except asyncio.TimeoutError:
-                pass
-            writer.close()
-            await probe_new_connection(port, PROBE_CORR - 2)
+            await w.run_one(m)
             return False
-        except (NodeDown, OSError):
+        except NodeDown:
             return True
+        finally:
+            w._drop()
 
     killers = []
     for node, m in suspects:
