@@ -5,7 +5,7 @@ Public surface:
     KafkaLimits     typed, validated limits (frame size, connections, idle timeout, back-pressure)
     SUPPORTED       API key -> (min, max) versions served and advertised
 
-Attributes load lazily so that sink.kafka.records / errors can be imported by
+Attributes load lazily so that sink.kafka.protocol can be imported by
 sink.state and sink.service without importing the server (no import cycle).
 """
 

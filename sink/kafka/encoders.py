@@ -13,6 +13,8 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from sink.kafka.protocol.errors import ErrorCode
+
 _i16 = struct.Struct(">h").pack
 _i32 = struct.Struct(">i").pack
 _i64 = struct.Struct(">q").pack
@@ -45,7 +47,7 @@ def response_header(correlation_id: int, flexible: bool) -> bytes:
 
 class ProducePartition(NamedTuple):
     index: int
-    error: int
+    error: ErrorCode
     base_offset: int
     log_start_offset: int
     leader_id: int = -1  # current_leader (v10+), written only when != (-1, -1)
@@ -92,7 +94,7 @@ def encode_produce(
 
 class FetchPartition(NamedTuple):
     index: int
-    error: int
+    error: ErrorCode
     high_watermark: int
     log_start_offset: int
     batches: Sequence[bytes | memoryview]  # record batch pieces, concatenated on the wire
@@ -103,7 +105,7 @@ def encode_fetch(
     version: int,
     correlation_id: int,
     topics: Sequence[tuple[str, Sequence[FetchPartition]]],
-    error: int = 0,
+    error: ErrorCode = ErrorCode.none,
     session_id: int = 0,
 ) -> list[bytes | memoryview]:
     """Fetch v4-v12 response parts (no size prefix). Topics are named (v<13)."""

@@ -6,10 +6,10 @@ import logging
 import uuid
 from typing import Any
 
-from sink.kafka import errors as E
 from sink.kafka.build import encode_response
 from sink.kafka.forward import ForwardError, forward_frame
 from sink.kafka.handlers.context import HandlerContext
+from sink.kafka.protocol.errors import ErrorCode
 
 log = logging.getLogger("sink.kafka")
 
@@ -19,7 +19,9 @@ FIND_COORDINATOR = 10
 CREATE_TOPICS = 19
 
 
-def api_versions_body(supported: dict[int, tuple[int, int]], error: int = 0) -> dict:
+def api_versions_body(
+    supported: dict[int, tuple[int, int]], error: ErrorCode = ErrorCode.none
+) -> dict:
     return {
         "error_code": error,
         "api_keys": [
@@ -31,7 +33,10 @@ def api_versions_body(supported: dict[int, tuple[int, int]], error: int = 0) -> 
 
 
 def encode_api_versions(
-    version: int, corr: int, supported: dict[int, tuple[int, int]], error: int = 0
+    version: int,
+    corr: int,
+    supported: dict[int, tuple[int, int]],
+    error: ErrorCode = ErrorCode.none,
 ) -> bytes:
     """ApiVersions response; kio uses response header v0 for every version.
     The unsupported-version fallback passes version=0 and error=35."""
@@ -45,9 +50,9 @@ def _broker_list(ctx: HandlerContext) -> list[dict]:
     ]
 
 
-def _topic_entry(ctx: HandlerContext, name: str, error: int) -> dict[str, Any]:
+def _topic_entry(ctx: HandlerContext, name: str, error: ErrorCode) -> dict[str, Any]:
     svc = ctx.service
-    info = ctx.fsm.topic(name) if error == E.NONE else None
+    info = ctx.fsm.topic(name) if error == ErrorCode.none else None
     if info is None:
         return {
             "error_code": error,
@@ -60,13 +65,13 @@ def _topic_entry(ctx: HandlerContext, name: str, error: int) -> dict[str, Any]:
     epoch = svc.leader_epoch()
     replicas = sorted(ctx.brokers)
     return {
-        "error_code": E.NONE,
+        "error_code": ErrorCode.none,
         "name": name,
         "topic_id": info.topic_id,
         "is_internal": False,
         "partitions": [
             {
-                "error_code": E.NONE if leader >= 0 else E.LEADER_NOT_AVAILABLE,
+                "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
                 "partition_index": p,
                 "leader_id": leader,
                 "leader_epoch": epoch,
@@ -85,7 +90,7 @@ async def handle_metadata(
     fsm = ctx.fsm
     if req.topics is None or (version == 0 and not req.topics):
         names = sorted(fsm.topics())
-        wanted: list[tuple[str, int]] = [(n, E.NONE) for n in names]
+        wanted: list[tuple[str, int]] = [(n, ErrorCode.none) for n in names]
     else:
         allow = getattr(req, "allow_auto_topic_creation", True) and fsm.auto_create_topics
         svc = ctx.service
@@ -111,15 +116,15 @@ async def handle_metadata(
         for t in req.topics:
             name = t.name
             if name is None:
-                wanted.append(("", E.UNKNOWN_TOPIC_ID))
+                wanted.append(("", ErrorCode.unknown_topic_id))
                 continue
             if fsm.topic(name) is not None:
-                wanted.append((name, E.NONE))
+                wanted.append((name, ErrorCode.none))
             elif allow:
                 err, _ = await ctx.service.ensure_topic(name)
                 wanted.append((name, err))
             else:
-                wanted.append((name, E.UNKNOWN_TOPIC_OR_PARTITION))
+                wanted.append((name, ErrorCode.unknown_topic_or_partition))
     leader = ctx.leader_id()
     body = {
         "throttle_time": 0,
@@ -134,8 +139,8 @@ async def handle_metadata(
 def _coordinator(ctx: HandlerContext) -> tuple[int, int, str, int]:
     ep = ctx.leader_endpoint()
     if ep is None:
-        return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    return E.NONE, ep[0], ep[1], ep[2]
+        return ErrorCode.coordinator_not_available, -1, "", -1
+    return ErrorCode.none, ep[0], ep[1], ep[2]
 
 
 async def handle_find_coordinator(
@@ -178,14 +183,18 @@ async def handle_create_topics(
     for t in req.topics:
         n = t.num_partitions if t.num_partitions > 0 else ctx.fsm.default_partitions
         if not svc.is_leader():
-            err, msg, info = E.NOT_CONTROLLER, "not the controller (Raft leader)", None
+            err, msg, info = ErrorCode.not_controller, "not the controller (Raft leader)", None
         elif req.validate_only:
             exists = ctx.fsm.topic(t.name) is not None
-            err, msg, info = (E.TOPIC_ALREADY_EXISTS if exists else E.NONE), None, None
+            err, msg, info = (
+                (ErrorCode.topic_already_exists if exists else ErrorCode.none),
+                None,
+                None,
+            )
         else:
             res = await svc.create_topic(t.name, n)
             err, info = res.error, res.topic
-            msg = None if err == E.NONE else f"create topic {t.name!r} failed (error {err})"
+            msg = None if err == ErrorCode.none else f"create topic {t.name!r} failed (error {err})"
         entry: dict[str, Any] = {
             "name": t.name,
             "error_code": err,
@@ -194,7 +203,85 @@ async def handle_create_topics(
             "replication_factor": len(ctx.brokers),
             "configs": [],
         }
-        if info is not None:
-            entry["topic_id"] = info.topic_id
+        # Required from v7 on, every path: the zero UUID where no topic was created.
+        entry["topic_id"] = info.topic_id if info is not None else uuid.UUID(int=0)
         out.append(entry)
     return encode_response(CREATE_TOPICS, version, corr, {"throttle_time": 0, "topics": out})
+
+
+def api_versions_error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes:
+    return encode_api_versions(version, corr, {}, code)
+
+
+def metadata_error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes | None:
+    """Every requested topic with code, no brokers (Kafka's getErrorResponse)."""
+    if req is None or req.topics is None or (version == 0 and not req.topics):
+        return None  # "all topics" cannot be mirrored: an empty list would read as none exist
+    topics = [
+        {
+            "error_code": code,
+            "name": t.name,
+            "topic_id": uuid.UUID(int=0),
+            "is_internal": False,
+            "partitions": [],
+        }
+        for t in req.topics
+    ]
+    body = {
+        "throttle_time": 0,
+        "brokers": [],
+        "cluster_id": None,
+        "controller_id": -1,
+        "topics": topics,
+    }
+    return encode_response(METADATA, version, corr, body)
+
+
+def find_coordinator_error_response(
+    version: int, corr: int, req: Any, code: ErrorCode
+) -> bytes | None:
+    if version >= 4:
+        if req is None:
+            return None
+        coordinators = [
+            {
+                "key": k,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+                "error_code": code,
+                "error_message": None,
+            }
+            for k in req.coordinator_keys
+        ]
+        body: dict[str, Any] = {"throttle_time": 0, "coordinators": coordinators}
+    else:
+        body = {
+            "throttle_time": 0,
+            "error_code": code,
+            "error_message": None,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+    return encode_response(FIND_COORDINATOR, version, corr, body)
+
+
+def create_topics_error_response(
+    version: int, corr: int, req: Any, code: ErrorCode
+) -> bytes | None:
+    if req is None:
+        return None
+    topics = [
+        {
+            "name": t.name,
+            "topic_id": uuid.UUID(int=0),
+            "error_code": code,
+            "error_message": None,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": [],
+        }
+        for t in req.topics
+    ]
+    return encode_response(CREATE_TOPICS, version, corr, {"throttle_time": 0, "topics": topics})

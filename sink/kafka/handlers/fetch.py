@@ -17,24 +17,24 @@ import asyncio
 import contextlib
 from typing import Any
 
-from sink.kafka import errors as E
 from sink.kafka.build import encode_response
 from sink.kafka.encoders import FetchPartition, encode_fetch
 from sink.kafka.handlers.context import HandlerContext
+from sink.kafka.protocol.errors import ErrorCode
 from sink.state import OffsetOutOfRange
 
 FETCH = 1
 LIST_OFFSETS = 2
 
 
-def _serving_error(ctx: HandlerContext) -> int:
+def _serving_error(ctx: HandlerContext) -> ErrorCode:
     svc = ctx.service
     if svc.is_leader() and not svc.leader_ready():
-        return E.NOT_LEADER_OR_FOLLOWER  # new leader, own-term entry not applied yet
-    return E.NONE
+        return ErrorCode.not_leader_or_follower  # new leader, own-term entry not applied yet
+    return ErrorCode.none
 
 
-def _beyond_high_watermark(ctx: HandlerContext, client_epoch: int) -> int:
+def _beyond_high_watermark(ctx: HandlerContext, client_epoch: int) -> ErrorCode:
     """The answer to a Fetch above this node's high watermark (NONE: an empty, waiting answer).
 
     OFFSET_OUT_OF_RANGE makes a consumer reset its position (to earliest or latest: re-reading
@@ -54,12 +54,12 @@ def _beyond_high_watermark(ctx: HandlerContext, client_epoch: int) -> int:
     """
     svc = ctx.service
     if not svc.leader_ready():
-        return E.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.not_leader_or_follower
     if client_epoch > svc.leader_epoch():
-        return E.UNKNOWN_LEADER_EPOCH
+        return ErrorCode.unknown_leader_epoch
     if not svc.applied_all_committed():
-        return E.NONE
-    return E.OFFSET_OUT_OF_RANGE
+        return ErrorCode.none
+    return ErrorCode.offset_out_of_range
 
 
 def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
@@ -75,12 +75,14 @@ def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
         for fp in ft.partitions:
             idx = fp.partition
             if not fsm.has_partition(name, idx):
-                parts.append(FetchPartition(idx, E.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, (), 0))
+                parts.append(
+                    FetchPartition(idx, ErrorCode.unknown_topic_or_partition, -1, -1, (), 0)
+                )
                 any_error = True
                 continue
             hw = fsm.high_watermark(name, idx)
             start = fsm.log_start_offset(name, idx)
-            if serving != E.NONE:
+            if serving != ErrorCode.none:
                 parts.append(FetchPartition(idx, serving, -1, -1, (), 0))
                 any_error = True
                 continue
@@ -88,11 +90,11 @@ def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
                 err = _beyond_high_watermark(ctx, getattr(fp, "current_leader_epoch", -1))
                 # Only answers about this partition's log carry its offsets; "ask elsewhere"
                 # answers carry -1, like the serving errors above.
-                known = err in (E.NONE, E.OFFSET_OUT_OF_RANGE)
+                known = err in (ErrorCode.none, ErrorCode.offset_out_of_range)
                 parts.append(
                     FetchPartition(idx, err, hw if known else -1, start if known else -1, (), 0)
                 )
-                any_error = any_error or err != E.NONE
+                any_error = any_error or err != ErrorCode.none
                 continue
             pieces: list = []
             size = 0
@@ -103,7 +105,9 @@ def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
                 try:
                     batches = fsm.read_parts(name, idx, fp.fetch_offset, max(limit, 1))
                 except OffsetOutOfRange:
-                    parts.append(FetchPartition(idx, E.OFFSET_OUT_OF_RANGE, hw, start, (), 0))
+                    parts.append(
+                        FetchPartition(idx, ErrorCode.offset_out_of_range, hw, start, (), 0)
+                    )
                     any_error = True
                     continue
                 for _base, prefix, rest in batches:
@@ -111,11 +115,11 @@ def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
                     pieces.append(rest)
                     size += len(prefix) + len(rest)
             elif fp.fetch_offset < start:
-                parts.append(FetchPartition(idx, E.OFFSET_OUT_OF_RANGE, hw, start, (), 0))
+                parts.append(FetchPartition(idx, ErrorCode.offset_out_of_range, hw, start, (), 0))
                 any_error = True
                 continue
             total += size
-            parts.append(FetchPartition(idx, E.NONE, hw, start, pieces, size))
+            parts.append(FetchPartition(idx, ErrorCode.none, hw, start, pieces, size))
         topics.append((name, parts))
     return topics, total, any_error
 
@@ -139,6 +143,42 @@ async def handle_fetch(
     return asyncio.get_running_loop().create_task(run())
 
 
+def fetch_error_response(
+    version: int, corr: int, req: Any, code: ErrorCode
+) -> list[bytes | memoryview] | None:
+    """The top-level error (v7+) and every partition of the request with code; None
+    where there is neither a request to mirror nor a top-level error code."""
+    if req is None:
+        return encode_fetch(version, corr, [], error=code) if version >= 7 else None
+    topics = [
+        (ft.topic, [FetchPartition(fp.partition, code, -1, -1, (), 0) for fp in ft.partitions])
+        for ft in req.topics
+    ]
+    return encode_fetch(version, corr, topics, error=code if version >= 7 else 0)
+
+
+def list_offsets_error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes | None:
+    if req is None:
+        return None
+    topics = [
+        {
+            "name": t.name,
+            "partitions": [
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": code,
+                    "timestamp": -1,
+                    "offset": -1,
+                    "leader_epoch": -1,
+                }
+                for p in t.partitions
+            ],
+        }
+        for t in req.topics
+    ]
+    return encode_response(LIST_OFFSETS, version, corr, {"throttle_time": 0, "topics": topics})
+
+
 async def handle_list_offsets(
     ctx: HandlerContext, version: int, corr: int, req: Any, frame: bytes = b""
 ) -> bytes:
@@ -147,11 +187,11 @@ async def handle_list_offsets(
     supported: answered with offset -1 (no such record)."""
     svc, fsm = ctx.service, ctx.fsm
     if not svc.is_leader():
-        err_all = E.NOT_LEADER_OR_FOLLOWER
+        err_all = ErrorCode.not_leader_or_follower
     elif not svc.leader_ready():
-        err_all = E.LEADER_NOT_AVAILABLE
+        err_all = ErrorCode.leader_not_available
     else:
-        err_all = E.NONE
+        err_all = ErrorCode.none
     epoch = svc.leader_epoch()
     topics = []
     for t in req.topics:
@@ -163,10 +203,10 @@ async def handle_list_offsets(
                 "offset": -1,
                 "leader_epoch": -1,
             }
-            if err_all != E.NONE:
+            if err_all != ErrorCode.none:
                 entry["error_code"] = err_all
             elif not fsm.has_partition(t.name, p.partition_index):
-                entry["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
             else:
                 hw = fsm.high_watermark(t.name, p.partition_index)
                 start = fsm.log_start_offset(t.name, p.partition_index)
@@ -179,7 +219,7 @@ async def handle_list_offsets(
                     off = hw - 1 if hw > start else -1
                 else:
                     off = -1
-                entry.update(error_code=E.NONE, offset=off, leader_epoch=epoch)
+                entry.update(error_code=ErrorCode.none, offset=off, leader_epoch=epoch)
             parts.append(entry)
         topics.append({"name": t.name, "partitions": parts})
     return encode_response(LIST_OFFSETS, version, corr, {"throttle_time": 0, "topics": topics})

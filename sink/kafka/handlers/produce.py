@@ -12,12 +12,12 @@ import asyncio
 import logging
 from typing import Any
 
-from sink.kafka import errors as E
 from sink.kafka.build import encode_response
 from sink.kafka.encoders import ProducePartition, encode_produce
 from sink.kafka.forward import ForwardError, forward_frame
 from sink.kafka.handlers.context import HandlerContext
-from sink.kafka.records import BatchError, parse_batches
+from sink.kafka.protocol.errors import ErrorCode
+from sink.kafka.protocol.records import BatchError, parse_batches
 from sink.state import ProduceResult
 
 log = logging.getLogger("sink.kafka")
@@ -26,7 +26,7 @@ PRODUCE = 0
 INIT_PRODUCER_ID = 22
 
 
-def _err(code: int) -> ProduceResult:
+def _err(code: ErrorCode) -> ProduceResult:
     return ProduceResult(code, -1, -1)
 
 
@@ -40,25 +40,25 @@ async def handle_produce(
         name = td.name
         parts: list[tuple[int, asyncio.Future | ProduceResult]] = []
         pending.append((name, parts))
-        topic_err = E.NONE
+        topic_err = ErrorCode.none
         if acks not in (0, 1, -1):
-            topic_err = E.INVALID_REQUIRED_ACKS
+            topic_err = ErrorCode.invalid_required_acks
         elif req.transactional_id is not None:
-            topic_err = E.INVALID_REQUEST  # transactions are not supported
+            topic_err = ErrorCode.invalid_request  # transactions are not supported
         elif fsm.topic(name) is None:
             if svc.is_leader():
                 topic_err, _ = await svc.ensure_topic(name)
-                if topic_err == E.LEADER_NOT_AVAILABLE:
-                    topic_err = E.NOT_LEADER_OR_FOLLOWER
+                if topic_err == ErrorCode.leader_not_available:
+                    topic_err = ErrorCode.not_leader_or_follower
             else:
-                topic_err = E.NOT_LEADER_OR_FOLLOWER
+                topic_err = ErrorCode.not_leader_or_follower
         for pd in td.partition_data:
-            if topic_err != E.NONE:
+            if topic_err != ErrorCode.none:
                 parts.append((pd.index, _err(topic_err)))
                 continue
             records = pd.records
             if records is None:
-                parts.append((pd.index, _err(E.INVALID_RECORD)))
+                parts.append((pd.index, _err(ErrorCode.invalid_record)))
                 continue
             try:
                 batches = parse_batches(records)
@@ -118,7 +118,7 @@ def _encode_response(
         for index, r in parts:
             res = r.result() if isinstance(r, asyncio.Future) else r
             lead, epoch = -1, -1
-            if res.error == E.NOT_LEADER_OR_FOLLOWER:
+            if res.error == ErrorCode.not_leader_or_follower:
                 not_leader = True
                 lead, epoch = ctx.leader_id(), svc.leader_epoch()
                 if lead < 0:
@@ -137,6 +137,24 @@ def _encode_response(
     return encode_produce(version, corr, topics, endpoints)
 
 
+def produce_error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes | None:
+    """Every partition of the request answered with code (None: no answer, for
+    acks=0, or when there is no request to mirror: an empty answer would read as
+    success)."""
+    if req is None or req.acks == 0:
+        return None
+    topics = [
+        (td.name, [ProducePartition(pd.index, code, -1, -1) for pd in td.partition_data])
+        for td in req.topic_data
+    ]
+    return encode_produce(version, corr, topics)
+
+
+def init_producer_id_error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes:
+    body = {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
+    return encode_response(INIT_PRODUCER_ID, version, corr, body)
+
+
 async def handle_init_producer_id(
     ctx: HandlerContext, version: int, corr: int, req: Any, frame: bytes = b""
 ) -> asyncio.Future:
@@ -148,15 +166,15 @@ async def handle_init_producer_id(
         svc = ctx.service
         ep = svc.forward_endpoint()
         if req.transactional_id is not None:
-            err, pid, epoch = E.INVALID_REQUEST, -1, -1
+            err, pid, epoch = ErrorCode.invalid_request, -1, -1
         elif not svc.is_leader() and ep is not None and ep[0] != svc.node_id and frame:
             try:
                 return await forward_frame(ep[1], ep[2], frame)
             except ForwardError as exc:
                 log.warning("kafka.forward init_producer_id failed: %s", exc)
-                err, pid, epoch = E.NOT_COORDINATOR, -1, -1
+                err, pid, epoch = ErrorCode.not_coordinator, -1, -1
         elif not svc.is_leader():
-            err, pid, epoch = E.NOT_COORDINATOR, -1, -1
+            err, pid, epoch = ErrorCode.not_coordinator, -1, -1
         else:
             err, pid, epoch = await ctx.service.init_producer_id()
         body = {"throttle_time": 0, "error_code": err, "producer_id": pid, "producer_epoch": epoch}

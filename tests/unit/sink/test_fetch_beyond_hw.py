@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sink.kafka import errors as E
 from sink.kafka.handlers.fetch import _collect
+from sink.kafka.protocol.errors import ErrorCode
 from sink.state import OffsetOutOfRange
 
 HW, START = 100, 10
@@ -64,50 +64,50 @@ def answer(c: SimpleNamespace, offset: int, max_bytes: int = 1 << 20, epoch: int
 @pytest.mark.parametrize(
     ("leader", "applied_all", "error", "hw"),
     [
-        (True, True, E.OFFSET_OUT_OF_RANGE, HW),  # the offset surely does not exist
-        (True, False, E.NONE, HW),  # committed entries not applied yet: wait (long poll)
-        (False, True, E.NOT_LEADER_OR_FOLLOWER, -1),  # a follower may lag: go to the leader
+        (True, True, ErrorCode.offset_out_of_range, HW),  # the offset surely does not exist
+        (True, False, ErrorCode.none, HW),  # committed entries not applied yet: wait (long poll)
+        (False, True, ErrorCode.not_leader_or_follower, -1),  # a follower may lag: go to the leader
     ],
 )
 def test_fetch_above_high_watermark(leader, applied_all, error, hw):
     part, any_error = answer(ctx(leader, applied_all=applied_all), HW + 5)
     assert (part.error, part.high_watermark, part.size) == (error, hw, 0)
-    assert any_error == (error != E.NONE)
+    assert any_error == (error != ErrorCode.none)
 
 
 @pytest.mark.parametrize("leader", [True, False])
 def test_fetch_below_log_start_is_out_of_range_everywhere(leader):
     part, any_error = answer(ctx(leader), START - 1)
-    assert part.error == E.OFFSET_OUT_OF_RANGE and any_error
+    assert part.error == ErrorCode.offset_out_of_range and any_error
     assert (part.high_watermark, part.log_start_offset) == (HW, START)
 
 
 @pytest.mark.parametrize("leader", [True, False])
 def test_fetch_within_range_is_served_by_any_replica(leader):
     part, any_error = answer(ctx(leader), 50)
-    assert part.error == E.NONE and part.size == 66 and not any_error
+    assert part.error == ErrorCode.none and part.size == 66 and not any_error
     part, _ = answer(ctx(leader), HW)  # at the high watermark: empty, no error
-    assert part.error == E.NONE and part.size == 0
+    assert part.error == ErrorCode.none and part.size == 0
 
 
 def test_new_leader_not_ready_sends_clients_away():
     part, any_error = answer(ctx(True, ready=False), 50)
-    assert part.error == E.NOT_LEADER_OR_FOLLOWER and any_error
+    assert part.error == ErrorCode.not_leader_or_follower and any_error
 
 
 @pytest.mark.parametrize(
     ("epoch", "error"),
     [
-        (-1, E.OFFSET_OUT_OF_RANGE),  # no epoch sent (Fetch < v9, or unknown)
-        (TERM - 1, E.OFFSET_OUT_OF_RANGE),
-        (TERM, E.OFFSET_OUT_OF_RANGE),
+        (-1, ErrorCode.offset_out_of_range),  # no epoch sent (Fetch < v9, or unknown)
+        (TERM - 1, ErrorCode.offset_out_of_range),
+        (TERM, ErrorCode.offset_out_of_range),
         # The client saw a later leader: this one may be deposed without knowing it, and the
         # offset may exist there. Not an offset reset: refresh Metadata and retry.
-        (TERM + 1, E.UNKNOWN_LEADER_EPOCH),
+        (TERM + 1, ErrorCode.unknown_leader_epoch),
     ],
 )
 def test_leader_with_an_older_epoch_than_the_client_does_not_say_out_of_range(epoch, error):
     part, any_error = answer(ctx(True), HW + 5, epoch=epoch)
     assert part.error == error and any_error
     part, _ = answer(ctx(True), 50, epoch=TERM + 1)  # committed data: served in any term
-    assert part.error == E.NONE and part.size == 66
+    assert part.error == ErrorCode.none and part.size == 66
