@@ -50,6 +50,7 @@ class FuzzStats:
     sent: int = 0
     closed_by_server: int = 0
     held: int = 0
+    held_mutants: list[Mutant] = field(default_factory=list)  # kept a connection > HOLD_S
     answers: int = 0
     bad_answers: list[str] = field(default_factory=list)
     deaths: list[Death] = field(default_factory=list)
@@ -136,6 +137,7 @@ class Worker:
             self.stats.closed_by_server += 1
         except TimeoutError:
             self.stats.held += 1
+            self.stats.held_mutants.append(m)
         except WireError as e:
             self.stats.bad_answers.append(f"node {self.node}: {e} after {m.describe()}")
         self._drop()

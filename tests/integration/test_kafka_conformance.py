@@ -3,7 +3,8 @@ ApiVersions, against a real 3-node cluster of `raftsink serve` processes.
 
 No list of APIs here: the (API, version) pairs come from the server, so an API
 joins by being advertised. Requests are generated from kio's request schemas
-(tests/helpers/kafka_values.py): the valid request, seeded random requests,
+(tests/helpers/kafka_values.py): the valid request, seeded random requests
+and hypothesis-drawn ones (tests/helpers/kafka_hypothesis.py),
 the error paths Kafka defines (unknown topic, not leader / not coordinator /
 not controller by asking a follower, invalid values, oversize frames,
 unsupported versions) and unknown tagged fields in flexible versions. Every
@@ -24,7 +25,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import hypothesis as hyp
 import pytest
+from hypothesis import strategies as st
 from kio.index import load_request_schema
 
 from tests.helpers.kafka_conformance import (
@@ -52,6 +55,7 @@ from tests.helpers.kafka_harness import (
     parse_api_versions_v0,
     running_cluster,
 )
+from tests.helpers.kafka_hypothesis import requests
 from tests.helpers.kafka_schema import (
     encode_body,
     encode_header,
@@ -66,6 +70,7 @@ from tests.unit.sink.batches import make_batch
 
 SEED = int(os.environ.get("RAFTSINK_CONFORMANCE_SEED", random.randrange(1 << 32)))
 RANDOM_PER_VERSION = 6
+HYPOTHESIS_EXAMPLES = 400
 
 
 @pytest.fixture(scope="module")
@@ -396,3 +401,35 @@ def test_oversize_frame_closes(harness: Harness, checker: Checker) -> None:
             node, 0, hi, encode_request(req, corr), corr, "Produce oversize", closes=True
         )
     checker.assert_clean()
+
+
+def test_hypothesis_requests(harness: Harness) -> None:
+    """Requests drawn by hypothesis from every advertised version's schema
+    (tests/helpers/kafka_hypothesis.py): each answer passes the generic checks.
+    A failure shrinks to a small request; the seed is RAFTSINK_CONFORMANCE_SEED."""
+    pairs = versions(harness)
+
+    @hyp.seed(SEED)
+    @hyp.settings(
+        max_examples=HYPOTHESIS_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(hyp.HealthCheck),
+    )
+    @hyp.given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        api_key, version = data.draw(st.sampled_from(pairs), label="api, version")
+        req = data.draw(requests(load_request_schema(api_key, version)), label="request")
+        node = data.draw(st.sampled_from(harness.nodes), label="node")
+        checker = Checker(harness)
+        try:
+            corr = data.draw(st.integers(0, (1 << 31) - 1), label="correlation id")
+            checker.exchange(
+                node, api_key, version, encode_request(req, corr), corr, describe(api_key, version)
+            )
+        finally:
+            checker.close()
+        checker.assert_clean()
+
+    print(f"RAFTSINK_CONFORMANCE_SEED={SEED}")
+    check()

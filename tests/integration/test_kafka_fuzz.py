@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import pytest
 from kio.index import load_request_schema
 
-from tests.helpers.kafka_fuzz import FuzzStats, NodeDown, Worker, run_fuzz
+from tests.helpers.kafka_fuzz import HOLD_S, FuzzStats, NodeDown, Worker, run_fuzz
 from tests.helpers.kafka_harness import (
     Conn,
     Harness,
@@ -174,6 +174,8 @@ def fuzz(h: Harness, seed: int, frames: int) -> list[str]:
         f"closed by the server {stats.closed_by_server}, held {stats.held}, "
         f"answers {stats.answers}, deaths {len(stats.deaths)}"
     )
+    for m in stats.held_mutants[:5]:  # a long-poll Fetch may hold; shown, not judged
+        print(f"held its connection > {HOLD_S} s: {m.describe()}")
     findings = [f"bad answer: {b}" for b in stats.bad_answers]
     if stats.sent < frames and not stats.deaths:
         findings.append(f"only {stats.sent} of {frames} frames sent")
