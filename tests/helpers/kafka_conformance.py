@@ -11,6 +11,7 @@ same connection still answers. Every failed check becomes one line in
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import struct
 from dataclasses import dataclass, field
@@ -134,6 +135,11 @@ class Checker:
     def assert_clean(self) -> None:
         """Fail with every finding of this test, one per line."""
         print(f"{self.exchanges} exchanges, {len(self.failures)} failures")
+        if self.failures:
+            was = self.harness.leader
+            now = asyncio.run(self.harness.cluster.wait_ready(60))
+            if now != was:  # the role-based expectations no longer hold
+                self.failures.insert(0, f"NOTE: the leader changed from {was} to {now}")
         assert not self.failures, f"{len(self.failures)} conformance failures:\n" + "\n".join(
             self.failures
         )

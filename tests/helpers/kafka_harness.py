@@ -211,11 +211,21 @@ def create_topic(port: int, topic: str, partitions: int = 1) -> int:
 
 @contextmanager
 def running_cluster(base: str, topics: tuple[str, ...] = ("harness",)) -> Iterator[Harness]:
-    """A 3-node LocalSinkCluster (no auto-created topics, 1 MiB frames) with `topics`."""
+    """A 3-node LocalSinkCluster (no auto-created topics, 1 MiB frames) with `topics`.
+
+    The election timeout is 50 ticks (1.5-3 s) instead of 10: the tests expect
+    one leader throughout, and a 2-core machine under fuzzing load can stall a
+    node long enough for a 0.3 s timeout to start an election."""
     cluster = LocalSinkCluster(
         base,
         3,
-        extra_args=["--no-auto-create-topics", "--max-frame-bytes", str(MAX_FRAME)],
+        extra_args=[
+            "--no-auto-create-topics",
+            "--max-frame-bytes",
+            str(MAX_FRAME),
+            "--election-ticks",
+            "50",
+        ],
     )
     cluster.start()
     try:

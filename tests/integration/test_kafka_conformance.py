@@ -223,6 +223,13 @@ INVALID: list[tuple[str, int, Callable[[type], bool], Callable[[Any], Any], Expe
     ),
     (
         "partition 7 of a 1-partition topic",
+        1,
+        lambda cls: True,
+        lambda r: _set_deep(r, "partition", 7),
+        Expect.error(UNKNOWN_TOPIC_OR_PARTITION),
+    ),
+    (
+        "partition 7 of a 1-partition topic",
         2,
         lambda cls: True,
         lambda r: _set_deep(r, "partition_index", 7),
@@ -433,3 +440,45 @@ def test_hypothesis_requests(harness: Harness) -> None:
 
     print(f"RAFTSINK_CONFORMANCE_SEED={SEED}")
     check()
+
+
+def test_metadata_and_leader_hints(harness: Harness, checker: Checker) -> None:
+    """Metadata of every version on every node names all brokers, the leader as
+    controller and as the partition leader, and (v10+) one stable non-zero
+    topic id; Produce v10+ on a follower carries the KIP-951 leader hints."""
+    h = harness
+    ids: set[uuid.UUID] = set()
+    for api_key, version in versions(h):
+        if api_key not in (0, 3):
+            continue
+        cls = load_request_schema(api_key, version)
+        for node in h.nodes:
+            if api_key == 0 and (version < 10 or node == h.leader):
+                continue
+            corr = checker.next_corr()
+            what = f"{describe(api_key, version)} hints"
+            body = checker.exchange(
+                node, api_key, version, encode_request(valid_request(cls, h.ctx), corr), corr, what
+            )
+            if body is None:
+                continue
+            if api_key == 0:
+                part = body.responses[0].partition_responses[0]
+                if part.current_leader.leader_id != h.leader or not body.node_endpoints:
+                    checker.fail(
+                        node, what, f"no KIP-951 leader hint: {part}, {body.node_endpoints}"
+                    )
+                continue
+            brokers = {b.node_id for b in body.brokers}
+            if brokers != set(h.cluster.nodes):
+                checker.fail(node, what, f"brokers {sorted(brokers)}")
+            if version >= 1 and body.controller_id != h.leader:
+                checker.fail(node, what, f"controller_id {body.controller_id}, leader {h.leader}")
+            topic = body.topics[0]
+            if topic.partitions[0].leader_id != h.leader:
+                checker.fail(node, what, f"partition leader {topic.partitions[0].leader_id}")
+            if version >= 10:
+                ids.add(topic.topic_id)
+    if ids and (len(ids) != 1 or uuid.UUID(int=0) in ids):
+        checker.failures.append(f"Metadata v10+: topic ids of one topic {sorted(map(str, ids))}")
+    checker.assert_clean()
