@@ -13,6 +13,7 @@ import random
 import struct
 from dataclasses import dataclass
 
+from crc32c import crc32c
 from kio.index import load_request_schema
 
 from tests.helpers.kafka_schema import Landmark, encode_request, header_length, landmarks, uvarint
@@ -118,6 +119,43 @@ def _bad_tag(rng: random.Random, p: bytearray, marks: tuple[Landmark, ...]) -> b
     return p[: m.pos] + uvarint(m.value + 1) + entry + p[m.pos + m.width :]
 
 
+# RecordBatch v2 header fields a mutant may rewrite (offset, struct format), CRC
+# recomputed so that the node gets past the checksum to the record parsing.
+BATCH_FIELDS = [
+    (8, ">i"),  # batchLength
+    (16, ">b"),  # magic
+    (21, ">h"),  # attributes (compression, transactional, control bits)
+    (23, ">i"),  # lastOffsetDelta
+    (43, ">q"),  # producerId
+    (51, ">h"),  # producerEpoch
+    (53, ">i"),  # baseSequence
+    (57, ">i"),  # recordCount
+]
+
+
+def _batch(rng: random.Random, p: bytearray, marks: tuple[Landmark, ...]) -> bytearray:
+    """Rewrite a header field or a record byte of a Produce request's batch and
+    fix its CRC; other requests get a bit flip."""
+    recs = [m for m in marks if m.path.endswith(".records") and m.value > 61]
+    if not recs:
+        _bitflip(rng, p)
+        return p
+    m = rng.choice(recs)
+    start = m.pos + m.width
+    end = start + (m.value - 1 if m.kind == "uvarint" else m.value)
+    if rng.random() < 0.7:
+        off, fmt = rng.choice(BATCH_FIELDS)
+        bits = 8 * struct.calcsize(fmt) - 1
+        value = rng.choice([-1, 0, 1, 2**bits - 1, -(2**bits), rng.randint(0, 1 << 16)])
+        value = max(-(2**bits), min(2**bits - 1, value))
+        struct.pack_into(fmt, p, start + off, value)
+    else:  # inside the records: lengths, varints, keys and values
+        i = rng.randrange(start + 61, end)
+        p[i] = rng.choice([0x00, 0x7F, 0x80, 0xFF, rng.randrange(256)])
+    struct.pack_into(">I", p, start + 17, crc32c(bytes(p[start + 21 : end])))
+    return p
+
+
 def mutate(corpus: list[Seed], advertised: dict[int, tuple[int, int]], seed: int, i: int) -> Mutant:
     rng = random.Random(f"{seed}:{i}")
     s = rng.choice(corpus)
@@ -133,6 +171,8 @@ def mutate(corpus: list[Seed], advertised: dict[int, tuple[int, int]], seed: int
             "huge_length",
             "huge_length",
             "bad_tag",
+            "batch",
+            "batch",
             "api_version",
             "other_version",
             "double",
@@ -160,6 +200,8 @@ def mutate(corpus: list[Seed], advertised: dict[int, tuple[int, int]], seed: int
             p = _huge_length(rng, p, s.marks)
         elif k == "bad_tag":
             p = _bad_tag(rng, p, s.marks)
+        elif k == "batch":
+            p = _batch(rng, p, s.marks)
         elif k == "api_version":
             api = rng.choice([*advertised, rng.randrange(-1, 100), rng.randrange(1 << 15)])
             struct.pack_into(">hh", p, 0, api, rng.choice([-1, 0, 1, 5, 13, 99, 0x7FFF]))
