@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tests.helpers.kafka_harness import (
@@ -173,7 +174,7 @@ class Worker:
 async def run_fuzz(
     ports: dict[int, int],
     mutants: list[Mutant],
-    restart: callable,
+    restart: Callable[[int], int],
     workers_per_node: int = 6,
     max_deaths: int = 10,
 ) -> FuzzStats:

@@ -7,6 +7,7 @@ server sends before it is bounds-checked), and the node-log scan.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import socket
@@ -15,6 +16,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+from kio.index import load_request_schema
 
 from sink.local_cluster import LocalSinkCluster
 from tests.helpers.kafka_schema import WireError, decode_response, encode_request, frame
@@ -193,14 +196,9 @@ class Harness:
 
 def create_topic(port: int, topic: str, partitions: int = 1) -> int:
     """CreateTopics v2 on the leader; the error code (0 or 36 already exists)."""
-    from kio.index import load_request_schema
-
-    cls = load_request_schema(19, 2)
-    req = valid_request(cls, Context(topic=topic))
-    import dataclasses
-
+    req = valid_request(load_request_schema(19, 2), Context(topic=topic))
     t = dataclasses.replace(req.topics[0], num_partitions=partitions)
-    req = dataclasses.replace(req, topics=(t,), timeout=req.timeout)
+    req = dataclasses.replace(req, topics=(t,))
     c = Conn(port)
     try:
         _, resp = call(c, req, 3)
