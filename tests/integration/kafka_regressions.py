@@ -76,6 +76,56 @@ REGRESSION_FRAMES: list[tuple[str, bytes]] = [
     ("createtopics-v7-configs-null", with_null(19, 7, "topics.configs")),
     ("metadata-v1-topics-null-means-all", with_null(3, 1, "topics")),
     ("findcoordinator-v4-keys-null", with_null(10, 4, "coordinator_keys")),
+    # killers the fuzzer found on main (seeds 1 and 7), replayed alone: each aborted a node
+    (
+        "fuzz-seed7-listoffsets-v6-mutant215",
+        bytes.fromhex(
+            "0000009d000200060000000100076861726e65737300ffffffff80ffffffff0f086861726e657373"
+            "040000000100000002ffffffffffffffff0000000000000002fc0000000000000000000000000000"
+            "000001000000000000000200000103000000020000000100000000000000020000000000000003e6"
+            "000000000000000000000b7878787878787878787802000000f08000000000000000000000000000"
+            "00"
+        ),
+    ),
+    (
+        "fuzz-seed7-produce-v10-mutant372",
+        bytes.fromhex(
+            "0000007a0000000a0000000100076861726e6573730000ffff00001388ffffffff0f086861726e65"
+            "737302000000004c00000000000000000000003fffffffff02d8e053540000000000000000000000"
+            "0003e800000000000003e9ffffffffffffffffffffffffffff000000011a000000010e6861726e65"
+            "737300000000"
+        ),
+    ),
+    (
+        "fuzz-seed7-createtopics-v7-mutant2860",
+        bytes.fromhex(
+            "0000002e001300070000000100076861726e6573730002086861726e65737300000001ffff01ffff"
+            "ffff0f00000013880000"
+        ),
+    ),
+    (
+        "fuzz-seed1-metadata-v9-mutant1951",
+        bytes.fromhex(
+            "00000024000300090000000100076861726e65737300ffffffff0f086861726e6573730000000000"
+        ),
+    ),
+    (
+        "fuzz-seed7-createtopics-v5-mutant1019",
+        bytes.fromhex(
+            "00000097001300050000000100076861726e6573730004096261642f6e616d650000000000000101"
+            "000e6861726e6573732d67726f75700000000200020200000001010001000e6861726e6573732d67"
+            "726f7570000000030000ffffffff0fffffffff04ffffffff000000000000000100ffffffff010000"
+            "00000004ffffffff0000000300000001000201086861726e6573730000000000000000"
+        ),
+    ),
+    (
+        "fuzz-seed7-produce-v9-mutant1550",
+        bytes.fromhex(
+            "0000006c000000090000000100076861726e65737300096261642f6e616d657fff00000001040b78"
+            "78787878787878787802ffffffff1947547adce093bf7bc034b24762a96d11c7e4c9265d1b3c5f00"
+            "00010100096261642f6e616d65ffffffff0f00000080072c40b068bcc1000000"
+        ),
+    ),
 ]
 
 # (seed, frames): whole fuzz runs that once found something.
