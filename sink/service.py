@@ -111,6 +111,21 @@ class SinkService:
         # failover or restart. Documented in docs/kafka.md.
         self.group_offsets: dict[tuple[str, str, int], tuple[int, str | None]] = {}
 
+    # --------------------------------------------------------- group offsets
+
+    def commit_offset(
+        self, group: str, topic: str, partition: int, offset: int, metadata: str | None
+    ) -> None:
+        self.group_offsets[(group, topic, partition)] = (offset, metadata)
+
+    def committed_offset(
+        self, group: str, topic: str, partition: int
+    ) -> tuple[int, str | None] | None:
+        return self.group_offsets.get((group, topic, partition))
+
+    def committed_partitions(self, group: str) -> list[tuple[str, int]]:
+        return [(t, p) for g, t, p in self.group_offsets if g == group]
+
     # ------------------------------------------------------------ leadership
 
     def is_leader(self) -> bool:

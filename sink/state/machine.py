@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from raftlog.entry import LogEntry
 from raftlog.runtime import StateMachine
 from raftlog.storage.errors import LogRangeError
-from sink.kafka.protocol.errors import ErrorCode
+from sink.kafka.protocol.errors import ErrorCode, OffsetOutOfRange
 from sink.kafka.protocol.records import patched_prefix, record_count
 from sink.state import commands as cmd
 from sink.state.partitions import PartitionLog
@@ -55,10 +55,6 @@ class ProduceResult(NamedTuple):
 class CreateTopicResult(NamedTuple):
     error: ErrorCode
     topic: TopicInfo | None
-
-
-class OffsetOutOfRange(Exception):
-    """The requested offset is below log_start_offset or above the high watermark."""
 
 
 ReadEntries = Callable[[int, int, int], list[LogEntry]]

@@ -5,4 +5,9 @@ and kio's writer needs them as ErrorCode anyway."""
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["ErrorCode"]
+__all__ = ["ErrorCode", "OffsetOutOfRange"]
+
+
+class OffsetOutOfRange(Exception):
+    """A read below log_start_offset or above the high watermark (Kafka's
+    OFFSET_OUT_OF_RANGE); raised by the state machine, caught by Fetch."""
