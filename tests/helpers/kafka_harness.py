@@ -13,6 +13,7 @@ import re
 import socket
 import struct
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -207,6 +208,23 @@ def create_topic(port: int, topic: str, partitions: int = 1) -> int:
     return int(resp.topics[0].error_code)
 
 
+def topic_id(port: int, topic: str) -> uuid.UUID:
+    """The topic's id from Metadata v10+ (zero when the node serves no v10+):
+    requests of versions that name topics by id (Fetch v13+) refer to it."""
+    hi = advertised(port)[3][1]
+    if hi < 10:
+        return uuid.UUID(int=0)
+    req = valid_request(load_request_schema(3, hi), Context(topic=topic))
+    c = Conn(port)
+    try:
+        _, resp = call(c, req, 4)
+    finally:
+        c.close()
+    (t,) = resp.topics
+    assert int(t.error_code) == 0, t
+    return t.topic_id
+
+
 @contextmanager
 def running_cluster(base: str, topics: tuple[str, ...] = ("harness",)) -> Iterator[Harness]:
     """A 3-node LocalSinkCluster (no auto-created topics, 1 MiB frames) with `topics`.
@@ -233,6 +251,7 @@ def running_cluster(base: str, topics: tuple[str, ...] = ("harness",)) -> Iterat
             err = create_topic(h.port(leader), t)
             assert err in (0, 36), f"CreateTopics {t}: error {err}"
         asyncio.run(cluster.wait_settled(60))
+        h.ctx = dataclasses.replace(h.ctx, topic_id=topic_id(h.port(leader), h.ctx.topic))
         yield h
     finally:
         cluster.stop()

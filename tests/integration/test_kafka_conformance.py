@@ -71,6 +71,9 @@ from tests.unit.sink.batches import make_batch
 SEED = int(os.environ.get("RAFTSINK_CONFORMANCE_SEED", random.randrange(1 << 32)))
 RANDOM_PER_VERSION = 6
 HYPOTHESIS_EXAMPLES = 400
+PHASES = [
+    p for p in hyp.Phase if os.environ.get("RAFTSINK_HYPOTHESIS_SHRINK") or p != hyp.Phase.shrink
+]
 
 
 @pytest.fixture(scope="module")
@@ -422,6 +425,9 @@ def test_hypothesis_requests(harness: Harness) -> None:
         deadline=None,
         database=None,
         suppress_health_check=list(hyp.HealthCheck),
+        # Shrinking a failure replays hundreds of exchanges (minutes when each one
+        # draws a traceback): off in CI, RAFTSINK_HYPOTHESIS_SHRINK=1 turns it on.
+        phases=PHASES,
     )
     @hyp.given(data=st.data())
     def check(data: st.DataObject) -> None:
@@ -436,7 +442,7 @@ def test_hypothesis_requests(harness: Harness) -> None:
             )
         finally:
             checker.close()
-        checker.assert_clean()
+        checker.assert_clean(check_leader=False)  # generic checks only: roles do not matter
 
     print(f"RAFTSINK_CONFORMANCE_SEED={SEED}")
     check()
