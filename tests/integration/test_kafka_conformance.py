@@ -232,6 +232,13 @@ INVALID: list[tuple[str, int, Callable[[type], bool], Callable[[Any], Any], Expe
         Expect.error(UNKNOWN_TOPIC_OR_PARTITION),
     ),
     (
+        "the zero topic id",  # kio reads the all-zero uuid as None
+        1,
+        lambda cls: cls.__version__ >= 13,
+        lambda r: _set_deep(r, "topic_id", uuid.UUID(int=0)),
+        Expect.error(UNKNOWN_TOPIC_ID),
+    ),
+    (
         "partition 7 of a 1-partition topic",
         2,
         lambda cls: True,
