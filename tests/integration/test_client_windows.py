@@ -153,7 +153,8 @@ def run_sarama(cluster, binary: str, version: str, op: str, topic: str, n: int =
     cid = f"sarama-{version}-{op}-{topic}"
     argv = [binary, "-brokers", cluster.bootstrap_servers, "-version", version, "-op", op]
     argv += ["-topic", topic, "-n", str(n), "-client-id", cid, "-timeout", "25s"]
-    return run_client(cluster, f"sarama-{version} {op}", cid, argv)
+    label = f"sarama-{version}" if version in SARAMA_VERSIONS else "sarama-sweep"
+    return run_client(cluster, f"{label} {op}", cid, argv)
 
 
 def run_kafkajs(cluster, js: tuple[str, str], op: str, topic: str, n: int = N) -> Run:
@@ -332,6 +333,82 @@ def test_sarama_consume(cluster, served, seeded, sarama, version):
     check_records(decoded(run.result["records"]), recs)
 
 
+# Sarama's request versions change only at these Config.Version values (one per Kafka minor
+# release it knows; its patch releases send the same versions).
+SARAMA_SWEEP = [
+    "V0_8_2_0",
+    "V0_9_0_0",
+    "V0_10_0_0",
+    "V0_10_1_0",
+    "V0_10_2_0",
+    "V0_11_0_0",
+    "V1_0_0_0",
+    "V1_1_0_0",
+    "V2_0_0_0",
+    "V2_1_0_0",
+    "V2_2_0_0",
+]
+SWEEP: dict[str, dict[str, str]] = {}  # Config.Version -> op -> "ok" or why not
+SWEEP_OPS = ["produce", "idempotent", "consume", "create"]
+# Sarama's own refusals below a Config.Version (no request sent; no broker can change them):
+# ClusterAdmin needs V0_10_0_0 (client.Controller), idempotence V0_11_0_0 (Config.Validate).
+SARAMA_REFUSES = {
+    "create": "The version of API is not supported",
+    "idempotent": "Idempotent producer requires Version >= V0_11_0_0",
+}
+
+
+def test_sarama_version_sweep(cluster, served, seeded, sarama):
+    """Produce, idempotent produce, consume and create at every Sarama Config.Version: an
+    operation whose requests are all advertised must succeed; the others must fail only by the
+    server closing (as Kafka does) a request at a version it does not advertise, or by Sarama
+    refusing the operation itself at that version. The rows go to the window table."""
+    topic, recs = seeded
+    bad = []
+    for version in SARAMA_SWEEP:
+        for op in SWEEP_OPS:
+            t = topic if op == "consume" else f"sweep-{version}-{op}"
+            run = run_sarama(cluster, sarama, version, op, t)
+            check_window_contract(run, served)
+            outside = unsupported_sent(run, served)
+            refusal = SARAMA_REFUSES.get(op, "\0")
+            if run.ok:
+                if op == "create":
+                    assert sorted(p["id"] for p in run.result["topics"][t]) == [0, 1, 2]
+                else:
+                    got = decoded(run.result["records"])
+                    check_records(got, _expected(t) if op != "consume" else recs)
+                SWEEP.setdefault(version, {})[op] = "ok"
+            elif outside:
+                SWEEP.setdefault(version, {})[op] = "closed: " + ", ".join(outside)
+            elif refusal in run.result.get("error", ""):
+                SWEEP.setdefault(version, {})[op] = "Sarama refuses"
+            else:
+                SWEEP.setdefault(version, {})[op] = "failed: " + run.result.get("error", "?")
+                bad.append(run.why())
+    assert not bad, "\n".join(bad)
+    # From V0_11_0_0 on, Sarama 1.22 sends Produce v3, Fetch v4, ListOffsets v1, Metadata v1/v5,
+    # InitProducerId v0: all served. CreateTopics is v1 at V0_11 and v2 from V1_0_0_0.
+    works = {op: "ok" for op in SWEEP_OPS}
+    assert all(SWEEP[v] == works for v in SARAMA_SWEEP[6:]), SWEEP
+
+
+def test_unsupported_version_logged_with_client(cluster, sarama):
+    """A refused version leaves one log line on the node that names the API, the version and
+    the client (issue 19: "one clear log line naming the client software"; Sarama sends no
+    ApiVersions, so its client id is what names it)."""
+    run = run_sarama(cluster, sarama, "default", "consume", "seeded")
+    refused = [e for e in run.exchanges if e.outcome == NO_RESPONSE]
+    assert refused, run.why()
+    logs = cluster.node_logs()
+    lines = [ln for ln in logs.splitlines() if refused[0].client_id in ln]
+    assert lines, (
+        f"no node log line names the client {refused[0].client_id!r} whose "
+        f"{refused[0].api} v{refused[0].api_version} was refused; the lines about it:\n"
+        + "\n".join(ln for ln in logs.splitlines() if "unsupported" in ln)[-1500:]
+    )
+
+
 # ------------------------------------------------------------------ KafkaJS
 
 
@@ -452,6 +529,13 @@ def _write_windows(path: str) -> None:
             vers = WINDOWS[client][api]
             cells = ", ".join(f"v{v} ({'/'.join(sorted(vers[v]))})" for v in sorted(vers))
             lines.append(f"| {client} | {api} | {cells} |")
+    if SWEEP:
+        ops = SWEEP_OPS
+        lines += ["", "| Sarama Config.Version | " + " | ".join(ops) + " |"]
+        lines += ["|---" * (len(ops) + 1) + "|"]
+        for v in SARAMA_SWEEP:
+            if v in SWEEP:
+                lines.append(f"| {v} | " + " | ".join(SWEEP[v].get(o, "-") for o in ops) + " |")
     text = "\n".join(lines) + "\n"
     for target in filter(None, [path, os.environ.get("RAFTSINK_WINDOWS_REPORT")]):
         with open(target, "w") as f:

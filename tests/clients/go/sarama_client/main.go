@@ -6,6 +6,7 @@
 // "error": "..."}) and exits 0 in both cases, so the test sees Sarama's own error text.
 //
 //	sarama_client -brokers H:P[,H:P] -version default|newest|V2_2_0_0 -op OP -topic T [-n N]
+//	              [-client-id ID] [-timeout 30s] [-v]
 //
 // OP: metadata | create | produce | idempotent | consume
 //   - create: ClusterAdmin.CreateTopic(T, -partitions, -replication), then DescribeTopics.
@@ -75,7 +76,12 @@ func main() {
 	case "newest":
 		conf.Version = sarama.MaxVersion
 	default:
-		v, err := sarama.ParseKafkaVersion(strings.TrimPrefix(strings.ReplaceAll(*version, "_", "."), "V"))
+		// "V0_10_1_0" -> "0.10.1.0"; "V2_2_0_0" -> "2.2.0" (Sarama's parser wants 3 parts from 1.0)
+		name := strings.TrimPrefix(strings.ReplaceAll(*version, "_", "."), "V")
+		v, err := sarama.ParseKafkaVersion(name)
+		if err != nil && !strings.HasPrefix(name, "0.") {
+			v, err = sarama.ParseKafkaVersion(strings.TrimSuffix(name, ".0"))
+		}
 		if err != nil {
 			emit(result{Error: err.Error(), Version: *version})
 			return
@@ -122,6 +128,7 @@ func run(conf *sarama.Config, brokers []string, op, topic string, n, parts, repl
 		}
 		return produce(conf, brokers, topic, n)
 	case "consume":
+		conf.Consumer.Return.Errors = true // a failed Fetch ends the run, not a silent retry loop
 		return consume(conf, brokers, topic)
 	}
 	return fail(fmt.Errorf("unknown op %q", op))
