@@ -79,6 +79,7 @@ def seeded(cluster) -> tuple[str, list[tuple[str, str]]]:
     for k, v in recs:
         p.produce(topic, key=k, value=v, on_delivery=lambda e, m: e and errors.append(e))
     assert p.flush(30) == 0 and not errors, errors
+    del p  # librdkafka's handle goes now, not when a traceback holding this frame goes
     return topic, recs
 
 
@@ -149,10 +150,13 @@ def _short(e: Exchange) -> str:
     return "closed" if e.outcome == NO_RESPONSE else e.outcome.removeprefix("no response: ")
 
 
-def run_sarama(cluster, binary: str, version: str, op: str, topic: str, n: int = N) -> Run:
+def run_sarama(
+    cluster, binary: str, version: str, op: str, topic: str, n: int = N, codec: str = "none"
+) -> Run:
     cid = f"sarama-{version}-{op}-{topic}"
     argv = [binary, "-brokers", cluster.bootstrap_servers, "-version", version, "-op", op]
     argv += ["-topic", topic, "-n", str(n), "-client-id", cid, "-timeout", "25s"]
+    argv += ["-compression", codec]
     label = f"sarama-{version}" if version in SARAMA_VERSIONS else "sarama-sweep"
     return run_client(cluster, f"{label} {op}", cid, argv)
 
@@ -331,6 +335,57 @@ def test_sarama_consume(cluster, served, seeded, sarama, version):
     check_window_contract(run, served)
     assert run.ok, run.why()
     check_records(decoded(run.result["records"]), recs)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4"])
+def test_sarama_compressed_produce(cluster, served, sarama, codec):
+    """Compressed batches at Sarama's newest version (Produce v3), read back by librdkafka."""
+    topic = f"sarama-{codec}"
+    run = run_sarama(cluster, sarama, "newest", "produce", topic, codec=codec)
+    check_window_contract(run, served)
+    assert run.ok, run.why()
+    check_records(decoded(run.result["records"]), _expected(topic))
+    check_records(read_back(cluster, topic), _expected(topic))
+
+
+def test_sarama_zstd_produce_v3_is_refused(cluster, sarama):
+    """zstd needs Produce v7 (KIP-110): Kafka answers a zstd batch in Produce v3-v6 with
+    UNSUPPORTED_COMPRESSION_TYPE (KafkaApis.handleProduceRequest). Sarama 1.22 sends zstd in
+    Produce v3 at every Config.Version."""
+    run = run_sarama(cluster, sarama, "newest", "produce", "sarama-zstd", codec="zstd")
+    produce = [e for e in run.exchanges if e.api == "Produce"]
+    assert produce and all(e.api_version < 7 for e in produce), run.why()
+    assert all("unsupported_compression_type" in e.errors for e in produce), (
+        "a zstd batch in Produce v3 was accepted (Kafka: UNSUPPORTED_COMPRESSION_TYPE)\n"
+        + run.why()
+    )
+    assert not run.ok, run.why()
+
+
+def test_zstd_fetch_below_v10_is_refused(cluster, sarama):
+    """A Fetch below v10 cannot carry zstd data (KIP-110): Kafka answers the partition with
+    UNSUPPORTED_COMPRESSION_TYPE rather than hand an old client batches it cannot read. The
+    topic is written with zstd by librdkafka (Produce v10); Sarama reads with Fetch v4."""
+    topic = "zstd-seeded"
+    p = ck.Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "client.id": "zstd-seeder",
+            "compression.type": "zstd",
+            "linger.ms": 5,
+        }
+    )
+    for k, v in _expected(topic, 10):
+        p.produce(topic, key=k, value=v, partition=0)
+    assert p.flush(30) == 0
+    del p
+    run = run_sarama(cluster, sarama, "newest", "consume", topic)
+    fetch = [e for e in run.exchanges if e.api == "Fetch"]
+    assert fetch and all(e.api_version < 10 for e in fetch), run.why()
+    assert any("unsupported_compression_type" in e.errors for e in fetch), (
+        "zstd batches were served in a Fetch below v10 (Kafka: UNSUPPORTED_COMPRESSION_TYPE)\n"
+        + run.why()
+    )
 
 
 # Sarama's request versions change only at these Config.Version values (one per Kafka minor

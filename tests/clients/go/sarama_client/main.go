@@ -6,7 +6,7 @@
 // "error": "..."}) and exits 0 in both cases, so the test sees Sarama's own error text.
 //
 //	sarama_client -brokers H:P[,H:P] -version default|newest|V2_2_0_0 -op OP -topic T [-n N]
-//	              [-client-id ID] [-timeout 30s] [-v]
+//	              [-compression none|gzip|snappy|lz4|zstd] [-client-id ID] [-timeout 30s] [-v]
 //
 // OP: metadata | create | produce | idempotent | consume
 //   - create: ClusterAdmin.CreateTopic(T, -partitions, -replication), then DescribeTopics.
@@ -62,6 +62,7 @@ func main() {
 	replication := flag.Int("replication", 3, "create: replication factor")
 	timeout := flag.Duration("timeout", 30*time.Second, "deadline of the whole operation")
 	verbose := flag.Bool("v", false, "Sarama's log on stderr")
+	compression := flag.String("compression", "none", "produce: none | gzip | snappy | lz4 | zstd")
 	clientID := flag.String("client-id", "sarama-window-test", "client.id sent in every request header")
 	flag.Parse()
 
@@ -88,6 +89,17 @@ func main() {
 		}
 		conf.Version = v
 	}
+	codecs := map[string]sarama.CompressionCodec{
+		"none": sarama.CompressionNone, "gzip": sarama.CompressionGZIP,
+		"snappy": sarama.CompressionSnappy, "lz4": sarama.CompressionLZ4,
+		"zstd": sarama.CompressionZSTD,
+	}
+	codec, known := codecs[*compression]
+	if !known {
+		emit(result{Error: "unknown compression " + *compression, Version: *version})
+		return
+	}
+	conf.Producer.Compression = codec
 	conf.Metadata.Retry.Max = 5
 	conf.Metadata.Retry.Backoff = 200 * time.Millisecond
 	conf.Net.DialTimeout = 5 * time.Second
