@@ -161,9 +161,13 @@ def run_sarama(
     return run_client(cluster, f"{label} {op}", cid, argv)
 
 
-def run_kafkajs(cluster, js: tuple[str, str], op: str, topic: str, n: int = N) -> Run:
+def run_kafkajs(
+    cluster, js: tuple[str, str], op: str, topic: str, n: int = N, gzip: bool = False
+) -> Run:
     cid = f"kafkajs-{op}-{topic}"
     env = {"KAFKAJS_CLIENT_ID": cid, "KAFKAJS_DEADLINE_MS": "20000"}
+    if gzip:
+        env["KAFKAJS_GZIP"] = "1"
     env["KAFKAJS_NO_PARTITIONER_WARNING"] = "1"
     argv = [js[0], js[1], cluster.bootstrap_servers, op, topic, str(n)]
     return run_client(cluster, f"kafkajs {op}", cid, argv, env=env)
@@ -484,10 +488,11 @@ def test_kafkajs_create_topic(cluster, served, kafkajs):
     assert all(sorted(p["replicas"]) == [1, 2, 3] for p in run.result["topics"][topic])
 
 
+@pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
 @pytest.mark.parametrize("op", ["produce", "idempotent"])
-def test_kafkajs_produce(cluster, served, kafkajs, op):
-    topic = f"kafkajs-{op}"
-    run = run_kafkajs(cluster, kafkajs, op, topic)
+def test_kafkajs_produce(cluster, served, kafkajs, op, gzip):
+    topic = f"kafkajs-{op}-{'gzip' if gzip else 'plain'}"
+    run = run_kafkajs(cluster, kafkajs, op, topic, gzip=gzip)
     check_window_contract(run, served)
     assert run.ok, run.why()
     assert all(p["error"] == 0 and p["baseOffset"] == 0 for p in run.result["partitions"])

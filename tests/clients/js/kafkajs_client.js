@@ -8,7 +8,8 @@
 //
 // OP: metadata | create | produce | idempotent | consume | fetch
 //   - create: admin.createTopics (3 partitions, replication 3), then fetchTopicMetadata.
-//   - produce / idempotent: N records (key k<i>, value <TOPIC>-v<i>) in one send(acks -1).
+//   - produce / idempotent: N records (key k<i>, value <TOPIC>-v<i>) in one send(acks -1),
+//     gzip-compressed when KAFKAJS_GZIP is set. KAFKAJS_CLIENT_ID sets the client id.
 //   - consume: the public consumer (a group member: FindCoordinator, JoinGroup, SyncGroup...),
 //     subscribe fromBeginning, until every record below the high watermarks came in.
 //   - fetch: no group: admin.fetchTopicOffsets (ListOffsets), then Fetch requests to each
@@ -17,7 +18,7 @@
 // Keys and values are printed as UTF-8 strings (the test only uses text).
 'use strict'
 
-const { Kafka, logLevel } = require('kafkajs')
+const { Kafka, logLevel, CompressionTypes } = require('kafkajs')
 
 const [brokers, op, topic, nArg] = process.argv.slice(2)
 const n = Number(nArg || 100)
@@ -84,7 +85,9 @@ async function produce(idempotent) {
   try {
     const messages = []
     for (let i = 0; i < n; i++) messages.push({ key: `k${i}`, value: `${topic}-v${i}` })
-    const meta = await producer.send({ topic, acks: -1, messages })
+    // KafkaJS has gzip built in; the other codecs need plugins
+    const compression = process.env.KAFKAJS_GZIP ? CompressionTypes.GZIP : CompressionTypes.None
+    const meta = await producer.send({ topic, acks: -1, messages, compression })
     return {
       partitions: meta.map(m => ({
         partition: m.partition,
