@@ -59,14 +59,18 @@ class SinkOptions:
             raise ValueError("SinkOptions.max_create_partitions must be >= 1")
 
 
-def _error_of(exc: BaseException) -> int:
+def _error_of(exc: BaseException | None) -> int:
+    """The Kafka error of a failed (None: cancelled) proposal. Only what really
+    means "outcome unknown, retry" is REQUEST_TIMED_OUT; anything unrecognised is a
+    bug and says so (UNKNOWN_SERVER_ERROR, logged), never a timeout."""
+    if exc is None or isinstance(exc, ProposalTimeoutError):
+        return E.REQUEST_TIMED_OUT
     if isinstance(exc, NotLeaderError | LeaderChangedError | NodeStoppedError):
         return E.NOT_LEADER_OR_FOLLOWER
-    if isinstance(exc, ProposalTimeoutError):
-        return E.REQUEST_TIMED_OUT
     if isinstance(exc, BusyError):
         return E.NOT_ENOUGH_REPLICAS
-    return E.REQUEST_TIMED_OUT
+    log.error("sink.unexpected_error %r", exc, exc_info=exc)
+    return E.UNKNOWN_SERVER_ERROR
 
 
 def _done(loop: asyncio.AbstractEventLoop, value: object) -> asyncio.Future:

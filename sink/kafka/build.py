@@ -2,7 +2,8 @@
 
 Handlers describe a response once, as nested dicts/lists with plain Python
 values; build() turns that into the version's frozen dataclass: keys the
-version lacks are dropped, lists of dicts become tuples of nested entities, and
+version lacks are dropped, a field the version requires and the dict lacks is
+an error (BuildError; defaults only where Kafka's schema documents one), lists of dicts become tuples of nested entities, and
 the fields kio wants as real objects are converted (error codes -> ErrorCode,
 timedelta fields from milliseconds, uuid from str/UUID). Used for the rare
 responses only; Produce and Fetch are hand-rolled (sink.kafka.encoders).
@@ -24,14 +25,21 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
 
+class BuildError(TypeError):
+    """A response (or request) value lacks a field its version requires."""
+
+
 @functools.cache
-def _field_specs(cls: type) -> tuple[tuple[str, str | None, type | None], ...]:
-    """(name, kafka_type, nested entity class or None) for each field of cls."""
+def _field_specs(cls: type) -> tuple[tuple[str, str | None, type | None, bool], ...]:
+    """(name, kafka_type, nested entity class or None, required) for each field of
+    cls. Required: kio's dataclass has no default for it, i.e. Kafka's schema
+    documents none; every other field falls back to Kafka's documented default."""
     hints = typing.get_type_hints(cls)
     specs = []
     for f in dataclasses.fields(cls):
         nested = _nested_class(hints.get(f.name))
-        specs.append((f.name, f.metadata.get("kafka_type"), nested))
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        specs.append((f.name, f.metadata.get("kafka_type"), nested, required))
     return tuple(specs)
 
 
@@ -55,9 +63,17 @@ def _nested_class(tp: Any) -> type | None:
 
 
 def build(cls: type, values: dict[str, Any]) -> Any:
+    """cls (one version's entity) from values: keys the version lacks are ignored;
+    a field the version requires and values lacks raises BuildError (never a
+    silently missing or invented value)."""
     kwargs: dict[str, Any] = {}
-    for name, ktype, nested in _field_specs(cls):
+    for name, ktype, nested, required in _field_specs(cls):
         if name not in values:
+            if required:
+                raise BuildError(
+                    f"{cls.__qualname__} v{getattr(cls, '__version__', '?')} "
+                    f"requires field {name!r}"
+                )
             continue
         v = values[name]
         if nested is not None and v is not None:

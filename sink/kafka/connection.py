@@ -15,8 +15,10 @@ Back-pressure: the reader stops reading the socket while the connection has
 max_inflight_requests unanswered requests or too many pending produce bytes
 (per connection or server-wide). librdkafka ignores throttle_time.
 
-Any malformed input closes the connection (after flushing the responses of
-earlier requests); nothing here can stop the node.
+Malformed input (framing, impossible lengths, unsupported versions) closes the
+connection (after flushing the responses of earlier requests), as Kafka does; an
+exception in a handler answers that request with UNKNOWN_SERVER_ERROR in its own
+shape and the connection goes on. Nothing here can stop the node.
 """
 
 from __future__ import annotations
@@ -30,11 +32,19 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.index import load_request_schema
+from kio.schema.index import api_key_map
 from kio.serial import entity_reader
 
 from sink.kafka import errors as E
-from sink.kafka.handlers import API_VERSIONS_KEY, HANDLERS, SUPPORTED, encode_api_versions
+from sink.kafka.handlers import (
+    API_VERSIONS_KEY,
+    ERROR_RESPONSES,
+    HANDLERS,
+    SUPPORTED,
+    encode_api_versions,
+)
 from sink.kafka.handlers.produce import PRODUCE
+from sink.kafka.protocol import FrameError, NullError, request_checker, strip_unknown_tags
 
 if TYPE_CHECKING:
     from sink.kafka.server import KafkaServer
@@ -52,6 +62,19 @@ class ProtocolError(Exception):
 
 class IdleTimeout(ProtocolError):
     """Nothing (or not enough) arrived within idle_timeout_s."""
+
+
+def api_name(api_key: int) -> str:
+    return f"{api_key_map.get(api_key, 'unknown')}({api_key})"
+
+
+class _Request:
+    """What an error answer needs to know of a dispatched request."""
+
+    __slots__ = ("api_key", "corr", "req", "version")
+
+    def __init__(self, api_key: int, version: int, corr: int, req: Any) -> None:
+        self.api_key, self.version, self.corr, self.req = api_key, version, corr, req
 
 
 @functools.lru_cache(maxsize=512)
@@ -84,6 +107,10 @@ class Connection:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._idle_expired: str | None = None
         self._read_task: asyncio.Task | None = None
+        # Who the client is, for log lines: the header's client id, and the
+        # software name/version it sent in ApiVersions v3+.
+        self.client_id: str | None = None
+        self.client_software: str | None = None
 
     async def run(self) -> None:
         writer_task = self._writer_task = asyncio.create_task(self._write_loop())
@@ -192,44 +219,124 @@ class Connection:
                 raise ProtocolError("truncated frame body") from None
             await self._dispatch(frame)
 
+    def client(self) -> str:
+        """The client as log lines name it: software name/version (ApiVersions v3+),
+        else the header's client id."""
+        if self.client_software:
+            return f"{self.client_software} (client_id={self.client_id!r})"
+        return f"client_id={self.client_id!r}"
+
     async def _dispatch(self, frame: bytes) -> None:
         api_key, version, corr = _HEAD.unpack_from(frame, 0)
         if api_key == API_VERSIONS_KEY and not 0 <= version <= SUPPORTED[API_VERSIONS_KEY][1]:
             # Kafka's fallback: UNSUPPORTED_VERSION in a v0 body listing our APIs.
+            log.info(
+                "kafka.unsupported_version api=%s version=%d peer=%s %s: answered with the v0 "
+                "fallback",
+                api_name(api_key),
+                version,
+                self.peer,
+                self.client(),
+            )
             self._push(encode_api_versions(0, corr, SUPPORTED, E.UNSUPPORTED_VERSION), 0)
             return
         rng = SUPPORTED.get(api_key)
         if rng is None:
-            raise ProtocolError(f"unsupported API key {api_key}")
+            raise ProtocolError(f"unsupported API {api_name(api_key)} from {self.client()}")
         if not rng[0] <= version <= rng[1]:
-            raise ProtocolError(f"unsupported version {version} of API {api_key}")
+            # Kafka closes the connection (the client negotiated nothing, or ignored it).
+            raise ProtocolError(
+                f"unsupported version {version} of API {api_name(api_key)} (served "
+                f"v{rng[0]}-v{rng[1]}) from {self.client()}"
+            )
+        # No length from the wire reaches kio's native reader unchecked: it would
+        # allocate what the frame claims and abort the process on failure.
+        try:
+            shape = request_checker(api_key, version)(frame)
+        except NullError as exc:
+            # INVALID_REQUEST where the version's response can say so without the
+            # request (a top-level error code); else a protocol error, as Kafka's.
+            answer = ERROR_RESPONSES[api_key](version, corr, None, E.INVALID_REQUEST)
+            if answer is None:
+                raise ProtocolError(
+                    f"malformed request (API {api_name(api_key)} v{version}): {exc}"
+                ) from None
+            log.warning(
+                "kafka.invalid_request api=%s version=%d peer=%s %s: %s",
+                api_name(api_key),
+                version,
+                self.peer,
+                self.client(),
+                exc,
+            )
+            self._push(answer, 0)
+            return
+        except FrameError as exc:
+            raise ProtocolError(
+                f"malformed request (API {api_name(api_key)} v{version}): {exc}"
+            ) from None
+        # KIP-482: unknown tagged fields are skipped (kio's reader refuses them).
+        parsed = strip_unknown_tags(frame, shape.edits) if shape.edits else frame
         try:
             read_header, read_body = _request_readers(api_key, version)
-            _hdr, n = read_header(frame, 0)
-            req, _m = read_body(frame, n)
-        except KeyError as exc:  # kio: unknown tagged field (KIP-482 says skip; we refuse)
-            raise ProtocolError(f"unparseable request (API {api_key} v{version}): {exc}") from None
+            hdr, n = read_header(parsed, 0)
+            req, _m = read_body(parsed, n)
         except Exception as exc:
             raise ProtocolError(
-                f"malformed request (API {api_key} v{version}): {type(exc).__name__}: {exc}"
+                f"malformed request (API {api_name(api_key)} v{version}): "
+                f"{type(exc).__name__}: {exc}"
             ) from None
+        self.client_id = hdr.client_id
         # Trailing bytes are tolerated: kio's reader leaves some (e.g. Metadata
         # v12 with topics=null from librdkafka's admin client) unconsumed.
         if api_key == API_VERSIONS_KEY:
+            if version >= 3:
+                self.client_software = f"{req.client_software_name}/{req.client_software_version}"
             self._push(encode_api_versions(version, corr, SUPPORTED), 0)
             return
-        result: Any = await HANDLERS[api_key](self.server.context, version, corr, req, frame)
+        request = _Request(api_key, version, corr, req)
+        try:
+            result: Any = await HANDLERS[api_key](self.server.context, version, corr, req, frame)
+        except Exception as exc:  # a bug: answer this request, keep the connection
+            answer = self._error_answer(request, exc)
+            if answer is _CLOSE:
+                raise ProtocolError(f"no error answer for {api_name(api_key)} v{version}") from None
+            if answer is not None:
+                self._push(answer, 0)
+            return
         if result is None:
             return
         cost = len(frame) if api_key == PRODUCE and isinstance(result, asyncio.Future) else 0
-        self._push(result, cost)
+        self._push(result, cost, request)
 
-    def _push(self, item: Any, cost: int) -> None:
+    def _error_answer(self, request: _Request, exc: BaseException) -> Any:
+        """UNKNOWN_SERVER_ERROR in the request's own shape for a handler that
+        raised (Kafka's answer to an unexpected exception); logged with who asked,
+        and counted. None: no answer (acks=0)."""
+        self.server.handler_errors += 1
+        log.error(
+            "kafka.handler_error api=%s version=%d peer=%s %s: %r",
+            api_name(request.api_key),
+            request.version,
+            self.peer,
+            self.client(),
+            exc,
+            exc_info=exc,
+        )
+        try:
+            return ERROR_RESPONSES[request.api_key](
+                request.version, request.corr, request.req, E.UNKNOWN_SERVER_ERROR
+            )
+        except Exception:
+            log.exception("kafka.error_response_failed api=%s", api_name(request.api_key))
+            return _CLOSE
+
+    def _push(self, item: Any, cost: int, request: _Request | None = None) -> None:
         if item is not _CLOSE:
             self._inflight += 1
             self._pending_bytes += cost
             self.server.pending_produce_bytes += cost
-        self._queue.append((item, cost))
+        self._queue.append((item, cost, request))
         self._queue_wake.set()
 
     # ------------------------------------------------------------- writing
@@ -241,11 +348,19 @@ class Connection:
                 self._queue_wake.clear()
                 await self._queue_wake.wait()
                 continue
-            item, cost = self._queue.popleft()
+            item, cost, request = self._queue.popleft()
             if item is _CLOSE:
                 return
             try:
-                data = await item if isinstance(item, asyncio.Future) else item
+                if isinstance(item, asyncio.Future):
+                    try:
+                        data = await item
+                    except Exception as exc:  # the handler's task failed: answer it
+                        if request is None:
+                            raise
+                        data = self._error_answer(request, exc)
+                else:
+                    data = item
             finally:
                 self._inflight -= 1
                 self._pending_bytes -= cost
@@ -253,6 +368,10 @@ class Connection:
                 self._room.set()
             if data is None:
                 continue
+            if data is _CLOSE:  # not even an error answer could be formed
+                self.closed_reason = "no error answer could be formed"
+                self.writer.close()
+                return
             if isinstance(data, list):
                 size = sum(len(p) for p in data)
                 writer.write(_SIZE.pack(size))

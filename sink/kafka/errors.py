@@ -1,5 +1,6 @@
 """Kafka error codes used by the front end (subset of the protocol's table)."""
 
+UNKNOWN_SERVER_ERROR = -1
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2

@@ -24,6 +24,9 @@ HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted in batchLength
 _CRC_START = 21
 _MAX_SEQ = 1 << 31
+# The smallest record on the wire: length, attributes, timestampDelta, offsetDelta,
+# keyLength, valueLength and header count, one byte each.
+MIN_RECORD_SIZE = 7
 
 CORRUPT_MESSAGE = 2
 INVALID_RECORD = 87
@@ -98,6 +101,13 @@ def parse_batches(records: bytes | memoryview, *, max_batches: int = 1 << 16) ->
             raise BatchError(CORRUPT_MESSAGE, "record batch CRC-32C mismatch")
         if attributes & 0x30:  # transactional (0x10) / control (0x20) batches
             raise BatchError(INVALID_RECORD, "transactional and control batches are not supported")
+        if attributes & 7 == 0 and record_count * MIN_RECORD_SIZE > size - HEADER_SIZE:
+            # Uncompressed records are counted against the bytes they occupy (a
+            # compressed batch stays opaque: its count is bounded by lastOffsetDelta).
+            raise BatchError(
+                INVALID_RECORD,
+                f"recordCount {record_count} cannot fit in {size - HEADER_SIZE} bytes of records",
+            )
         if record_count <= 0 or last_offset_delta != record_count - 1:
             raise BatchError(
                 INVALID_RECORD,

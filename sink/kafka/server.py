@@ -46,6 +46,8 @@ class KafkaServer:
         self.room_waiters: set[asyncio.Event] = set()
         self.connections: set[Connection] = set()
         self.rejected_connections = 0
+        self.handler_errors = 0
+        """Requests answered UNKNOWN_SERVER_ERROR because their handler raised (bugs)."""
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task] = set()
 

@@ -3,16 +3,20 @@ keeps serving (a produce afterwards succeeds and earlier data is intact)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import time
+import uuid
 
 import pytest
 
 from sink.kafka import KafkaLimits
+from sink.local_cluster import LocalSinkCluster
 from tests.helpers.kafka_wire import encode_request, read_response
 from tests.helpers.sink_cluster import SinkCluster
 from tests.unit.sink.batches import make_batch
+from tests.unit.sink.killer_frames import KILLER_FRAMES
 
 LIMITS = KafkaLimits(max_frame_bytes=1 << 20, idle_timeout_s=0.5, max_connections=1000)
 
@@ -124,16 +128,17 @@ def test_api_versions_unsupported_version_falls_back_to_v0(cluster):
         assert hdr.correlation_id == 4 and resp.error_code == 0
 
 
-def test_unknown_tagged_field_closes(cluster):
-    # Metadata v12 request whose header carries tagged field 99 (kio raises KeyError).
+def test_unknown_tagged_fields_are_skipped(cluster):
+    """KIP-482: a Metadata v12 request whose header carries tagged field 99 and whose
+    body carries tagged field 1000 (kio refuses both) is answered; the connection stays."""
     head = struct.pack(">hhih", 3, 12, 8, 1) + b"x" + b"\x01" + b"\x63\x01\x00"
-    body = (
-        b"\x00" + b"\x01" + b"\x00" + b"\x00"
-    )  # topics=null, allow_auto, include_topic_ops, no tags
-    s = connect(cluster)
-    with s:
+    # topics=null, allow_auto, include_topic_ops, one unknown tag (1000, 2 bytes)
+    body = b"\x00" + b"\x01" + b"\x00" + b"\x01\xe8\x07\x02ab"
+    with connect(cluster) as s:
         s.sendall(struct.pack(">i", len(head + body)) + head + body)
-        assert_closed(s)
+        hdr, resp = read_response(s, 3, 12)
+        assert hdr.correlation_id == 8 and "known" in {t.name for t in resp.topics}
+        assert produce(s, "known", make_batch([b"after tags"]), corr=9).error_code == 0
     healthy(cluster)
 
 
@@ -305,5 +310,180 @@ def test_backpressure_stops_reading_when_pending_full(tmp_path):
                     (hdr.correlation_id, resp.responses[0].partition_responses[0].base_offset)
                 )
         assert got == [(100 + i, i) for i in range(n)]
+    finally:
+        c.stop()
+
+
+# ------------------------------------------------------------------ issue 19's killer frames
+
+
+@pytest.fixture(scope="module")
+def node_process(tmp_path_factory):
+    """One REAL node process (kio's abort took the whole process down)."""
+    c = LocalSinkCluster(str(tmp_path_factory.mktemp("killer")), n=1, log_level="INFO")
+    c.start()
+    try:
+        asyncio.run(c.wait_ready())
+        yield c
+    finally:
+        c.stop()
+
+
+def api_versions_ok(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(
+            encode_request(18, 3, 5, {"client_software_name": "t", "client_software_version": "1"})
+        )
+        hdr, resp = read_response(s, 18, 3)
+        assert hdr.correlation_id == 5 and resp.error_code == 0
+
+
+@pytest.mark.parametrize("name", sorted(KILLER_FRAMES))
+def test_impossible_lengths_close_the_connection_not_the_node(node_process, name):
+    """Produce v9 / Fetch v12 / FindCoordinator v4 / Metadata v12 whose array length is
+    the varint ff ff ff ff 0f: kio would allocate 34 GB and abort the process. The node
+    closes that connection with a clear log line and answers ApiVersions on a new one."""
+    port = int(node_process.peers[1].kafka.rsplit(":", 1)[1])
+    frame = KILLER_FRAMES[name](corr=3)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        assert_closed(s)
+    api_versions_ok(port)
+    assert not node_process.exited()
+    with open(node_process.nodes[1].log_path) as f:
+        log = f.read()
+    assert "elements, " in log and "kafka.close" in log
+
+
+# ------------------------------------------------------------------ errors never cost the connection
+
+
+def _api_versions_v3(s: socket.socket, corr: int) -> None:
+    s.sendall(
+        encode_request(
+            18, 3, corr, {"client_software_name": "inject-test", "client_software_version": "9.9"}
+        )
+    )
+    assert read_response(s, 18, 3)[1].error_code == 0
+
+
+def _metadata(s: socket.socket, corr: int):
+    topics = [{"name": "known", "topic_id": uuid.UUID(int=0)}]
+    s.sendall(encode_request(3, 12, corr, {"topics": topics} | META_FLAGS))
+    hdr, resp = read_response(s, 3, 12)
+    assert hdr.correlation_id == corr
+    return resp
+
+
+META_FLAGS = {
+    "allow_auto_topic_creation": False,
+    "include_topic_authorized_operations": False,
+}
+
+
+def test_a_handler_that_raises_answers_unknown_server_error(cluster, monkeypatch, caplog):
+    """Injected failure: the client gets UNKNOWN_SERVER_ERROR in the request's shape,
+    and its next request on the same connection succeeds."""
+    from sink.kafka.handlers import HANDLERS
+
+    async def boom(ctx, version, corr, req, frame=b""):
+        raise RuntimeError("injected")
+
+    server = cluster.nodes[1].server
+    before = server.handler_errors
+    with connect(cluster) as s:
+        _api_versions_v3(s, 1)
+        monkeypatch.setitem(HANDLERS, 3, boom)
+        resp = _metadata(s, 2)
+        assert [(t.name, int(t.error_code)) for t in resp.topics] == [("known", -1)]
+        monkeypatch.undo()
+        resp = _metadata(s, 3)
+        assert [(t.name, int(t.error_code)) for t in resp.topics] == [("known", 0)]
+    assert server.handler_errors == before + 1
+    lines = [r.getMessage() for r in caplog.records if "kafka.handler_error" in r.getMessage()]
+    assert lines and "inject-test/9.9" in lines[-1] and "metadata(3)" in lines[-1]
+
+
+def test_a_handler_whose_future_fails_answers_unknown_server_error(cluster, monkeypatch):
+    """The same for a failure after dispatch (the handler's task raises): Produce."""
+    import asyncio as aio
+
+    from sink.kafka.handlers import HANDLERS
+
+    async def late_boom(ctx, version, corr, req, frame=b""):
+        async def fail():
+            raise ValueError("injected late")
+
+        return aio.get_running_loop().create_task(fail())
+
+    with connect(cluster) as s:
+        monkeypatch.setitem(HANDLERS, 0, late_boom)
+        assert produce(s, "known", make_batch([b"x"]), corr=4).error_code == -1
+        monkeypatch.undo()
+        assert produce(s, "known", make_batch([b"y"]), corr=5).error_code == 0
+
+
+def test_null_where_the_schema_forbids_it(cluster):
+    """Fetch v12 with topics=null: INVALID_REQUEST (a top-level error exists) and the
+    connection goes on; Produce v9 with topic_data=null: no answer can say it, closed."""
+    fetch = struct.pack(">hhih", 1, 12, 6, 1) + b"k" + b"\x00"
+    fetch += struct.pack(">iiiibii", -1, 100, 1, 1 << 20, 0, 0, -1) + b"\x00\x01\x01\x00"
+    with connect(cluster) as s:
+        s.sendall(struct.pack(">i", len(fetch)) + fetch)
+        hdr, resp = read_response(s, 1, 12)
+        assert hdr.correlation_id == 6 and int(resp.error_code) == 42
+        assert produce(s, "known", make_batch([b"z"]), corr=7).error_code == 0
+    prod = struct.pack(">hhih", 0, 9, 8, 1) + b"k" + b"\x00" + b"\x00"
+    prod += struct.pack(">hi", -1, 5000) + b"\x00\x00"
+    with connect(cluster) as s:
+        s.sendall(struct.pack(">i", len(prod)) + prod)
+        assert_closed(s)
+    healthy(cluster)
+
+
+def test_unsupported_version_closes_with_one_log_line_naming_the_client(cluster, caplog):
+    with connect(cluster) as s:
+        _api_versions_v3(s, 1)
+        body = struct.pack(">hhih", 1, 99, 2, 1) + b"x"
+        s.sendall(struct.pack(">i", len(body)) + body)
+        assert_closed(s)
+    lines = [r.getMessage() for r in caplog.records if "unsupported version 99" in r.getMessage()]
+    assert len(lines) == 1 and "fetch(1)" in lines[0] and "inject-test/9.9" in lines[0]
+
+
+def test_create_topics_v7_error_paths(tmp_path):
+    """v7 requires topic_id in every result: NOT_CONTROLLER from a follower, and
+    INVALID_TOPIC_EXCEPTION / TOPIC_ALREADY_EXISTS from the leader, all answered."""
+    c = SinkCluster(str(tmp_path), n=3)
+    c.start()
+    try:
+        lead = c.leader_id()
+        follower = next(i for i in c.ids if i != lead)
+
+        def create(node: int, name: str, corr: int) -> tuple[int, object]:
+            with socket.create_connection(("127.0.0.1", c.ports[node]), timeout=5) as s:
+                values = {
+                    "topics": [
+                        {
+                            "name": name,
+                            "num_partitions": 1,
+                            "replication_factor": -1,
+                            "assignments": [],
+                            "configs": [],
+                        }
+                    ],
+                    "timeout": 5000,
+                    "validate_only": False,
+                }
+                s.sendall(encode_request(19, 7, corr, values))
+                hdr, resp = read_response(s, 19, 7)
+                assert hdr.correlation_id == corr
+                return int(resp.topics[0].error_code), resp.topics[0].topic_id
+
+        assert create(follower, "v7", 1)[0] == 41  # NOT_CONTROLLER
+        err, tid = create(lead, "v7", 2)
+        assert err == 0 and tid.int != 0
+        assert create(lead, "v7", 3)[0] == 36  # TOPIC_ALREADY_EXISTS
+        assert create(lead, "bad/name", 4)[0] == 17  # INVALID_TOPIC_EXCEPTION
     finally:
         c.stop()

@@ -194,7 +194,81 @@ async def handle_create_topics(
             "replication_factor": len(ctx.brokers),
             "configs": [],
         }
-        if info is not None:
-            entry["topic_id"] = info.topic_id
+        # Required from v7 on, every path: the zero UUID where no topic was created.
+        entry["topic_id"] = info.topic_id if info is not None else uuid.UUID(int=0)
         out.append(entry)
     return encode_response(CREATE_TOPICS, version, corr, {"throttle_time": 0, "topics": out})
+
+
+def api_versions_error_response(version: int, corr: int, req: Any, code: int) -> bytes:
+    return encode_api_versions(version, corr, {}, code)
+
+
+def metadata_error_response(version: int, corr: int, req: Any, code: int) -> bytes | None:
+    """Every requested topic with code, no brokers (Kafka's getErrorResponse)."""
+    if req is None or req.topics is None or (version == 0 and not req.topics):
+        return None  # "all topics" cannot be mirrored: an empty list would read as none exist
+    topics = [
+        {
+            "error_code": code,
+            "name": t.name,
+            "topic_id": uuid.UUID(int=0),
+            "is_internal": False,
+            "partitions": [],
+        }
+        for t in req.topics
+    ]
+    body = {
+        "throttle_time": 0,
+        "brokers": [],
+        "cluster_id": None,
+        "controller_id": -1,
+        "topics": topics,
+    }
+    return encode_response(METADATA, version, corr, body)
+
+
+def find_coordinator_error_response(version: int, corr: int, req: Any, code: int) -> bytes | None:
+    if version >= 4:
+        if req is None:
+            return None
+        coordinators = [
+            {
+                "key": k,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+                "error_code": code,
+                "error_message": None,
+            }
+            for k in req.coordinator_keys
+        ]
+        body: dict[str, Any] = {"throttle_time": 0, "coordinators": coordinators}
+    else:
+        body = {
+            "throttle_time": 0,
+            "error_code": code,
+            "error_message": None,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+    return encode_response(FIND_COORDINATOR, version, corr, body)
+
+
+def create_topics_error_response(version: int, corr: int, req: Any, code: int) -> bytes | None:
+    if req is None:
+        return None
+    topics = [
+        {
+            "name": t.name,
+            "topic_id": uuid.UUID(int=0),
+            "error_code": code,
+            "error_message": None,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": [],
+        }
+        for t in req.topics
+    ]
+    return encode_response(CREATE_TOPICS, version, corr, {"throttle_time": 0, "topics": topics})

@@ -139,6 +139,42 @@ async def handle_fetch(
     return asyncio.get_running_loop().create_task(run())
 
 
+def fetch_error_response(
+    version: int, corr: int, req: Any, code: int
+) -> list[bytes | memoryview] | None:
+    """The top-level error (v7+) and every partition of the request with code; None
+    where there is neither a request to mirror nor a top-level error code."""
+    if req is None:
+        return encode_fetch(version, corr, [], error=code) if version >= 7 else None
+    topics = [
+        (ft.topic, [FetchPartition(fp.partition, code, -1, -1, (), 0) for fp in ft.partitions])
+        for ft in req.topics
+    ]
+    return encode_fetch(version, corr, topics, error=code if version >= 7 else 0)
+
+
+def list_offsets_error_response(version: int, corr: int, req: Any, code: int) -> bytes | None:
+    if req is None:
+        return None
+    topics = [
+        {
+            "name": t.name,
+            "partitions": [
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": code,
+                    "timestamp": -1,
+                    "offset": -1,
+                    "leader_epoch": -1,
+                }
+                for p in t.partitions
+            ],
+        }
+        for t in req.topics
+    ]
+    return encode_response(LIST_OFFSETS, version, corr, {"throttle_time": 0, "topics": topics})
+
+
 async def handle_list_offsets(
     ctx: HandlerContext, version: int, corr: int, req: Any, frame: bytes = b""
 ) -> bytes:

@@ -66,3 +66,39 @@ async def handle_offset_fetch(
         topics.append({"name": name, "partitions": parts})
     body = {"throttle_time": 0, "topics": topics, "error_code": err}
     return encode_response(OFFSET_FETCH, version, corr, body)
+
+
+def offset_commit_error_response(version: int, corr: int, req: Any, code: int) -> bytes | None:
+    if req is None:
+        return None
+    topics = [
+        {
+            "name": t.name,
+            "partitions": [
+                {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
+            ],
+        }
+        for t in req.topics
+    ]
+    return encode_response(OFFSET_COMMIT, version, corr, {"throttle_time": 0, "topics": topics})
+
+
+def offset_fetch_error_response(version: int, corr: int, req: Any, code: int) -> bytes | None:
+    """v2+ carry a top-level error code; v0-1 only per-partition ones."""
+    if req is None and version < 2:
+        return None
+    topics = []
+    for t in (req.topics if req is not None else None) or ():
+        parts = [
+            {
+                "partition_index": i,
+                "committed_offset": -1,
+                "committed_leader_epoch": -1,
+                "metadata": None,
+                "error_code": code,
+            }
+            for i in t.partition_indexes
+        ]
+        topics.append({"name": t.name, "partitions": parts})
+    body = {"throttle_time": 0, "topics": topics, "error_code": code}
+    return encode_response(OFFSET_FETCH, version, corr, body)

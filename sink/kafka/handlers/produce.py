@@ -137,6 +137,24 @@ def _encode_response(
     return encode_produce(version, corr, topics, endpoints)
 
 
+def produce_error_response(version: int, corr: int, req: Any, code: int) -> bytes | None:
+    """Every partition of the request answered with code (None: no answer, for
+    acks=0, or when there is no request to mirror: an empty answer would read as
+    success)."""
+    if req is None or req.acks == 0:
+        return None
+    topics = [
+        (td.name, [ProducePartition(pd.index, code, -1, -1) for pd in td.partition_data])
+        for td in req.topic_data
+    ]
+    return encode_produce(version, corr, topics)
+
+
+def init_producer_id_error_response(version: int, corr: int, req: Any, code: int) -> bytes:
+    body = {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
+    return encode_response(INIT_PRODUCER_ID, version, corr, body)
+
+
 async def handle_init_producer_id(
     ctx: HandlerContext, version: int, corr: int, req: Any, frame: bytes = b""
 ) -> asyncio.Future:

@@ -65,3 +65,20 @@ def test_patch_keeps_crc_valid():
     assert struct.unpack_from(">i", p, 12)[0] == 7
     parse_batches(p)  # CRC still valid
     assert p[16:] == b[16:]
+
+
+def _count(batch: bytes, n: int) -> bytes:
+    """batch claiming n records (lastOffsetDelta agreeing), CRC recomputed."""
+    return _mutate(_mutate(batch, 57, ">i", n, False), 23, ">i", n - 1, True)
+
+
+def test_record_count_bounded_by_the_bytes_of_uncompressed_records():
+    batch = make_batch([b""] * 4)  # 4 records of 7 bytes: exactly the minimum
+    assert parse_batches(batch)[0].record_count == 4
+    for n in (5, 1 << 20, 2**31 - 1):
+        with pytest.raises(BatchError, match="cannot fit") as ei:
+            parse_batches(_count(batch, n))
+        assert ei.value.error_code == INVALID_RECORD
+    # a compressed batch stays opaque: its count is not checked against its size
+    gz = _mutate(_count(batch, 1000), 21, ">h", 1, True)
+    assert parse_batches(gz)[0].record_count == 1000

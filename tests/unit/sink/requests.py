@@ -1,0 +1,162 @@
+"""Valid request frames (without the size prefix) of every API and version served,
+built with kio's writer from one superset of values per API (build() drops the keys
+a version lacks)."""
+
+from __future__ import annotations
+
+import io
+import uuid
+
+from kio.index import load_request_schema
+from kio.serial import entity_writer
+
+from sink.kafka.build import build
+from tests.unit.sink.batches import make_batch
+
+TOPIC_ID = uuid.UUID(int=0x1234)
+
+
+def request_values(api_key: int, records: bytes | None = None) -> dict:
+    """A superset of field values for one API (every version)."""
+    if records is None:
+        records = make_batch([b"v" * 100] * 160)  # ~16 KiB
+    if api_key == 0:
+        return {
+            "transactional_id": None,
+            "acks": -1,
+            "timeout": 5000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": records}]}],
+        }
+    if api_key == 1:
+        return {
+            "cluster_id": None,
+            "replica_id": -1,
+            "replica_state": {"replica_id": -1, "replica_epoch": -1},
+            "max_wait": 100,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": "t",
+                    "topic_id": TOPIC_ID,
+                    "partitions": [
+                        {
+                            "partition": i,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": 0,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                        for i in range(4)
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+    if api_key == 2:
+        return {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": "t",
+                    "partitions": [
+                        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
+                    ],
+                }
+            ],
+        }
+    if api_key == 3:
+        return {
+            "topics": [{"topic_id": uuid.UUID(int=0), "name": "t"}],
+            "allow_auto_topic_creation": True,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        }
+    if api_key == 8:
+        return {
+            "group_id": "g",
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "retention_time_ms": -1,
+            "topics": [
+                {
+                    "name": "t",
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "committed_offset": 5,
+                            "committed_leader_epoch": -1,
+                            "commit_timestamp": -1,
+                            "committed_metadata": "",
+                        }
+                    ],
+                }
+            ],
+        }
+    if api_key == 9:
+        return {
+            "group_id": "g",
+            "topics": [{"name": "t", "partition_indexes": [0, 1]}],
+            "require_stable": False,
+            "groups": [
+                {
+                    "group_id": "g",
+                    "member_id": None,
+                    "member_epoch": -1,
+                    "topics": [{"name": "t", "partition_indexes": [0]}],
+                }
+            ],
+        }
+    if api_key == 10:
+        return {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]}
+    if api_key == 18:
+        return {"client_software_name": "raftsink-test", "client_software_version": "1.0"}
+    if api_key == 19:
+        return {
+            "topics": [
+                {
+                    "name": "t",
+                    "num_partitions": 2,
+                    "replication_factor": -1,
+                    "assignments": [],
+                    "configs": [{"name": "retention.ms", "value": "1000"}],
+                }
+            ],
+            "timeout": 5000,
+            "validate_only": False,
+        }
+    if api_key == 22:
+        return {
+            "transactional_id": None,
+            "transaction_timeout": 60000,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    raise KeyError(api_key)
+
+
+def encode(api_key: int, version: int, values: dict, corr: int = 7) -> bytes:
+    """Header + body, no size prefix."""
+    cls = load_request_schema(api_key, version)
+    hdr = cls.__header_schema__
+    buf = io.BytesIO()
+    header = {
+        "request_api_key": api_key,
+        "request_api_version": version,
+        "correlation_id": corr,
+        "client_id": "unit",
+    }
+    entity_writer(hdr)(buf, build(hdr, header))
+    entity_writer(cls)(buf, build(cls, values))
+    return buf.getvalue()
+
+
+def valid_request(api_key: int, version: int, records: bytes | None = None) -> bytes:
+    return encode(api_key, version, request_values(api_key, records))
