@@ -5,6 +5,7 @@
 #   - golang-go + golang-github-shopify-sarama-dev (Debian): Sarama, built offline from
 #     /usr/share/gocode by the tests (GOPATH mode, GOPROXY=off: no module download)
 #   - kafkajs (npm, pinned in tests/clients/js/package.json) into tests/clients/js/node_modules
+#     (nodejs and npm from Debian when the machine has none)
 # Quiet: one line per install, nothing when everything is present. apt needs root (CI runs
 # as root on Debian 12); elsewhere a missing package is reported in one line. A failed install
 # does not stop `./run.sh test`: the tests that need the tool fail with a clear message under
@@ -19,6 +20,8 @@ pkgs=()
 command -v kcat >/dev/null 2>&1 || pkgs+=(kcat)
 command -v go >/dev/null 2>&1 || pkgs+=(golang-go)
 [ -d /usr/share/gocode/src/github.com/Shopify/sarama ] || pkgs+=(golang-github-shopify-sarama-dev)
+command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 if [ ${#pkgs[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
         say "missing ${pkgs[*]} (apt-get install them as root; their tests fail in CI)"

@@ -29,7 +29,10 @@ def _port(addr: str) -> int:
 class RecordedSinkCluster(LocalSinkCluster):
     def __init__(self, base_dir: str, n: int = 3, **kw) -> None:
         super().__init__(base_dir, n=n, **kw)
+        advertised = {_port(p.kafka) for p in self.peers.values()}
         hidden = free_ports(n)
+        while advertised & set(hidden):  # both sets are free now; neither is bound yet
+            hidden = free_ports(n)
         self.hidden_kafka = {i: hidden[k] for k, i in enumerate(sorted(self.peers))}
         self.recorder = KafkaRecorder(
             {i: (_port(p.kafka), self.hidden_kafka[i]) for i, p in self.peers.items()}
