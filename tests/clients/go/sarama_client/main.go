@@ -8,12 +8,14 @@
 //	sarama_client -brokers H:P[,H:P] -version default|newest|V2_2_0_0 -op OP -topic T [-n N]
 //	              [-compression none|gzip|snappy|lz4|zstd] [-client-id ID] [-timeout 30s] [-v]
 //
-// OP: metadata | create | produce | idempotent | consume
+// OP: metadata | create | produce | idempotent | consume | commit | commit-retention
 //   - create: ClusterAdmin.CreateTopic(T, -partitions, -replication), then DescribeTopics.
 //   - produce / idempotent: N records (key k<i>, value <T>-v<i>) in one SendMessages call;
 //     prints the partition and offset of each.
 //   - consume: every partition of T from the oldest offset up to its high watermark at start;
 //     prints partition, offset, key, value (bytes as base64, Go's []byte JSON form).
+//   - commit / commit-retention: the offset manager (no group join) commits offset N on
+//     partition 0 and a fresh one reads it back; -retention makes it OffsetCommit v2, not v1.
 package main
 
 import (
@@ -38,12 +40,14 @@ type record struct {
 }
 
 type result struct {
-	Ok      bool                   `json:"ok"`
-	Error   string                 `json:"error,omitempty"`
-	Version string                 `json:"version"`
-	Records []record               `json:"records,omitempty"`
-	Brokers map[string]string      `json:"brokers,omitempty"`
-	Topics  map[string][]partition `json:"topics,omitempty"`
+	Ok        bool                   `json:"ok"`
+	Initial   *int64                 `json:"initial,omitempty"`
+	Committed *int64                 `json:"committed,omitempty"`
+	Error     string                 `json:"error,omitempty"`
+	Version   string                 `json:"version"`
+	Records   []record               `json:"records,omitempty"`
+	Brokers   map[string]string      `json:"brokers,omitempty"`
+	Topics    map[string][]partition `json:"topics,omitempty"`
 }
 
 type partition struct {
@@ -139,6 +143,12 @@ func run(conf *sarama.Config, brokers []string, op, topic string, n, parts, repl
 			conf.Net.MaxOpenRequests = 1
 		}
 		return produce(conf, brokers, topic, n)
+	case "commit", "commit-retention":
+		if op == "commit-retention" {
+			// a retention time makes the offset manager send OffsetCommit v2 instead of v1
+			conf.Consumer.Offsets.Retention = time.Hour
+		}
+		return commit(conf, brokers, topic, int64(n))
 	case "consume":
 		conf.Consumer.Return.Errors = true // a failed Fetch ends the run, not a silent retry loop
 		return consume(conf, brokers, topic)
@@ -277,6 +287,50 @@ func consume(conf *sarama.Config, brokers []string, topic string) result {
 			}
 		}
 		pc.Close()
+	}
+	return r
+}
+
+// commit: the offset manager of group "g-<client id>" on partition 0: read the committed offset
+// (OffsetFetch), mark offset n, close (the final flush sends OffsetCommit), then read it back
+// with a fresh offset manager.
+func commit(conf *sarama.Config, brokers []string, topic string, n int64) result {
+	conf.Consumer.Offsets.Initial = sarama.OffsetOldest
+	client, err := sarama.NewClient(brokers, conf)
+	if err != nil {
+		return fail(err)
+	}
+	defer client.Close()
+	group := "g-" + conf.ClientID // one group per run: nothing committed before
+	read := func(mark int64) (int64, error) {
+		om, err := sarama.NewOffsetManagerFromClient(group, client)
+		if err != nil {
+			return 0, err
+		}
+		pom, err := om.ManagePartition(topic, 0)
+		if err != nil {
+			om.Close()
+			return 0, err
+		}
+		next, _ := pom.NextOffset()
+		if mark >= 0 {
+			pom.MarkOffset(mark, "window-test")
+		}
+		pom.Close()
+		om.Close()
+		return next, nil
+	}
+	initial, err := read(n)
+	if err != nil {
+		return fail(fmt.Errorf("first offset manager: %v", err))
+	}
+	committed, err := read(-1)
+	if err != nil {
+		return fail(fmt.Errorf("second offset manager: %v", err))
+	}
+	r := result{Ok: committed == n, Initial: &initial, Committed: &committed}
+	if !r.Ok {
+		r.Error = fmt.Sprintf("committed offset %d, read back %d", n, committed)
 	}
 	return r
 }
