@@ -118,14 +118,11 @@ class Run:
         return bool(self.result.get("ok"))
 
     def why(self) -> str:
-        lines: list[list] = []  # [text, count]: a client's retry loop is one line
+        counts: dict[str, int] = {}  # in first-seen order: a client's retry loop is one line
         for e in self.exchanges:
-            text = e.describe()
-            if lines and lines[-1][0] == text:
-                lines[-1][1] += 1
-            else:
-                lines.append([text, 1])
-        sent = "\n  ".join(t + (f" (x{c})" if c > 1 else "") for t, c in lines) or "(nothing)"
+            counts[e.describe()] = counts.get(e.describe(), 0) + 1
+        sent = "\n  ".join(t + (f" (x{c})" if c > 1 else "") for t, c in counts.items())
+        sent = sent or "(nothing)"
         err = self.result.get("error") or self.proc.stderr[-1500:]
         log = "\n  ".join(self.result.get("log", [])[-5:])
         return f"{self.label}: {err}\n log:\n  {log}\n requests:\n  {sent}"
