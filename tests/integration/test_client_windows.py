@@ -238,15 +238,13 @@ def read_back(cluster, topic: str, timeout: float = 30.0) -> list[tuple[int, int
             "enable.auto.commit": False,
         }
     )
+    deadline = time.monotonic() + timeout
     try:
         md = c.list_topics(topic, timeout=10)
         parts = sorted(md.topics[topic].partitions)
-        high = {
-            p: c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=10)[1] for p in parts
-        }
+        high = {p: _high_watermark(c, topic, p, deadline) for p in parts}
         c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in parts if high[p]])
         out: list[tuple[int, int, str, str]] = []
-        deadline = time.monotonic() + timeout
         while len(out) < sum(high.values()) and time.monotonic() < deadline:
             m = c.poll(0.2)
             if m is None:
@@ -256,6 +254,19 @@ def read_back(cluster, topic: str, timeout: float = 30.0) -> list[tuple[int, int
     finally:
         c.close()
     return sorted(out)
+
+
+def _high_watermark(c, topic: str, partition: int, deadline: float) -> int:
+    """The partition's high watermark. A leader change under load (NOT_LEADER_OR_FOLLOWER
+    from the old leader, a refused connection) is retried as a client would, until the
+    deadline; librdkafka refreshes its metadata meanwhile."""
+    while True:
+        try:
+            return c.get_watermark_offsets(ck.TopicPartition(topic, partition), timeout=10)[1]
+        except ck.KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)  # back-off before asking again (not a synchronisation)
 
 
 def check_records(got: list[tuple[int, int, str, str]], sent: list[tuple[str, str]]) -> None:
