@@ -33,11 +33,10 @@ from raftlog.runtime import (
     ProposalTimeoutError,
     RaftNode,
 )
-from sink.kafka import errors as E
-from sink.kafka.records import BatchHeader
+from sink.kafka.protocol.errors import ErrorCode
+from sink.kafka.protocol.records import BatchHeader
 from sink.state import CreateTopicResult, ProduceResult, SinkStateMachine, TopicInfo
 from sink.state import commands as cmd
-from sink.state.producers import DUPLICATE
 
 log = logging.getLogger("sink.service")
 
@@ -59,18 +58,18 @@ class SinkOptions:
             raise ValueError("SinkOptions.max_create_partitions must be >= 1")
 
 
-def _error_of(exc: BaseException | None) -> int:
+def _error_of(exc: BaseException | None) -> ErrorCode:
     """The Kafka error of a failed (None: cancelled) proposal. Only what really
     means "outcome unknown, retry" is REQUEST_TIMED_OUT; anything unrecognised is a
     bug and says so (UNKNOWN_SERVER_ERROR, logged), never a timeout."""
     if exc is None or isinstance(exc, ProposalTimeoutError):
-        return E.REQUEST_TIMED_OUT
+        return ErrorCode.request_timed_out
     if isinstance(exc, NotLeaderError | LeaderChangedError | NodeStoppedError):
-        return E.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.not_leader_or_follower
     if isinstance(exc, BusyError):
-        return E.NOT_ENOUGH_REPLICAS
+        return ErrorCode.not_enough_replicas
     log.error("sink.unexpected_error %r", exc, exc_info=exc)
-    return E.UNKNOWN_SERVER_ERROR
+    return ErrorCode.unknown_server_error
 
 
 def _done(loop: asyncio.AbstractEventLoop, value: object) -> asyncio.Future:
@@ -111,6 +110,21 @@ class SinkService:
         # answers as coordinator (the Raft leader). Not replicated: lost on
         # failover or restart. Documented in docs/kafka.md.
         self.group_offsets: dict[tuple[str, str, int], tuple[int, str | None]] = {}
+
+    # --------------------------------------------------------- group offsets
+
+    def commit_offset(
+        self, group: str, topic: str, partition: int, offset: int, metadata: str | None
+    ) -> None:
+        self.group_offsets[(group, topic, partition)] = (offset, metadata)
+
+    def committed_offset(
+        self, group: str, topic: str, partition: int
+    ) -> tuple[int, str | None] | None:
+        return self.group_offsets.get((group, topic, partition))
+
+    def committed_partitions(self, group: str) -> list[tuple[str, int]]:
+        return [(t, p) for g, t, p in self.group_offsets if g == group]
 
     # ------------------------------------------------------------ leadership
 
@@ -180,9 +194,9 @@ class SinkService:
         """
         loop = asyncio.get_running_loop()
         if not self.node.is_leader():
-            return _done(loop, ProduceResult(E.NOT_LEADER_OR_FOLLOWER, -1, -1))
+            return _done(loop, ProduceResult(ErrorCode.not_leader_or_follower, -1, -1))
         if not self.fsm.has_partition(topic, partition):
-            return _done(loop, ProduceResult(E.UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
+            return _done(loop, ProduceResult(ErrorCode.unknown_topic_or_partition, -1, -1))
         futs: list[asyncio.Future] = []
         mv = memoryview(records)
         for b in batches:
@@ -194,7 +208,7 @@ class SinkService:
                     self.inflight_duplicates += 1
                     futs.append(pending)
                     continue
-                verdict, base = self.fsm.producers.check(
+                verdict = self.fsm.producers.check(
                     b.producer_id,
                     topic,
                     partition,
@@ -202,16 +216,11 @@ class SinkService:
                     b.base_sequence,
                     b.last_sequence,
                 )
-                if verdict == DUPLICATE:  # already committed: answer without a log entry
+                if verdict.duplicate:  # already committed: answer without a log entry
                     self.committed_duplicates += 1
-                    futs.append(
-                        _done(
-                            loop,
-                            ProduceResult(
-                                E.NONE, base, self.fsm.log_start_offset(topic, partition), True
-                            ),
-                        )
-                    )
+                    start = self.fsm.log_start_offset(topic, partition)
+                    result = ProduceResult(ErrorCode.none, verdict.base_offset, start, True)
+                    futs.append(_done(loop, result))
                     continue
             data = cmd.encode_produce(
                 topic,
@@ -255,13 +264,13 @@ class SinkService:
     async def _first_result(futs: list[asyncio.Future]) -> ProduceResult:
         results = [await asyncio.shield(f) for f in futs]
         for r in results:
-            if r.error != E.NONE:
+            if r.error != ErrorCode.none:
                 return r
         return results[0]
 
     # --------------------------------------------------------- producer ids
 
-    async def init_producer_id(self) -> tuple[int, int, int]:
+    async def init_producer_id(self) -> tuple[ErrorCode, int, int]:
         """A new producer id (epoch 0) allocated through the log -> (error, pid, epoch)."""
         try:
             res = await self.node.apply(
@@ -271,8 +280,12 @@ class SinkService:
             err = _error_of(exc)
             # InitProducerId speaks coordinator errors: NOT_COORDINATOR makes
             # clients look the coordinator (the leader) up again.
-            return (E.NOT_COORDINATOR if err == E.NOT_LEADER_OR_FOLLOWER else err), -1, -1
-        return E.NONE, res.result, 0
+            return (
+                (ErrorCode.not_coordinator if err == ErrorCode.not_leader_or_follower else err),
+                -1,
+                -1,
+            )
+        return ErrorCode.none, res.result, 0
 
     # ---------------------------------------------------------------- topics
 
@@ -282,22 +295,22 @@ class SinkService:
     async def create_topic(self, name: str, partitions: int) -> CreateTopicResult:
         """Create a topic through the log (leader only)."""
         if not self.valid_topic_name(name):
-            return CreateTopicResult(E.INVALID_TOPIC_EXCEPTION, None)
+            return CreateTopicResult(ErrorCode.invalid_topic_exception, None)
         if not 1 <= partitions <= self.options.max_create_partitions:
-            return CreateTopicResult(E.INVALID_PARTITIONS, None)
+            return CreateTopicResult(ErrorCode.invalid_partitions, None)
         if not self.node.is_leader():
-            return CreateTopicResult(E.NOT_CONTROLLER, None)
+            return CreateTopicResult(ErrorCode.not_controller, None)
         data = cmd.encode_create_topic(name, partitions, uuid.uuid4())
         try:
             res = await self.node.apply(data, timeout=self.options.produce_timeout_s)
         except Exception as exc:
             err = _error_of(exc)
             return CreateTopicResult(
-                E.NOT_CONTROLLER if err == E.NOT_LEADER_OR_FOLLOWER else err, None
+                ErrorCode.not_controller if err == ErrorCode.not_leader_or_follower else err, None
             )
         return res.result
 
-    async def ensure_topic(self, name: str) -> tuple[int, TopicInfo | None]:
+    async def ensure_topic(self, name: str) -> tuple[ErrorCode, TopicInfo | None]:
         """The topic, auto-creating it if allowed -> (error, info).
 
         Errors: UNKNOWN_TOPIC_OR_PARTITION (auto-create off), INVALID_TOPIC_EXCEPTION,
@@ -305,13 +318,13 @@ class SinkService:
         """
         info = self.fsm.topic(name)
         if info is not None:
-            return E.NONE, info
+            return ErrorCode.none, info
         if not self.fsm.auto_create_topics:
-            return E.UNKNOWN_TOPIC_OR_PARTITION, None
+            return ErrorCode.unknown_topic_or_partition, None
         if not self.valid_topic_name(name):
-            return E.INVALID_TOPIC_EXCEPTION, None
+            return ErrorCode.invalid_topic_exception, None
         if not self.node.is_leader():
-            return E.LEADER_NOT_AVAILABLE, None
+            return ErrorCode.leader_not_available, None
         fut = self._creating.get(name)
         if fut is None:
             fut = asyncio.ensure_future(self.create_topic(name, self.fsm.default_partitions))
@@ -319,9 +332,9 @@ class SinkService:
             fut.add_done_callback(lambda _f: self._creating.pop(name, None))
         res: CreateTopicResult = await asyncio.shield(fut)
         if res.topic is not None:
-            return E.NONE, res.topic
+            return ErrorCode.none, res.topic
         return (
-            E.LEADER_NOT_AVAILABLE
-            if res.error in (E.NOT_CONTROLLER, E.NOT_LEADER_OR_FOLLOWER)
+            ErrorCode.leader_not_available
+            if res.error in (ErrorCode.not_controller, ErrorCode.not_leader_or_follower)
             else res.error
         ), None

@@ -1,32 +1,21 @@
 """The Kafka protocol front end.
 
 Public surface:
-    KafkaServer     asyncio listener serving one SinkService
+    KafkaServer     asyncio listener serving one node (its SinkService)
     KafkaLimits     typed, validated limits (frame size, connections, idle timeout, back-pressure)
     SUPPORTED       API key -> (min, max) versions served and advertised
 
-Attributes load lazily so that sink.kafka.records / errors can be imported by
-sink.state and sink.service without importing the server (no import cycle).
+Layout: protocol/ is the sans-I/O leaf (framing and the connection state machine,
+the frame checker, record batches, encoders, response building, error codes; it
+imports nothing of the server, so sink.state may import it); handlers/ holds one
+module per API behind small service interfaces; connection.py and server.py are
+the asyncio drivers. sink.kafka imports nothing of sink.state or sink.service.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from sink.kafka.handlers import SUPPORTED
+from sink.kafka.limits import KafkaLimits
+from sink.kafka.server import KafkaServer
 
 __all__ = ["SUPPORTED", "KafkaLimits", "KafkaServer"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "KafkaServer":
-        from sink.kafka.server import KafkaServer
-
-        return KafkaServer
-    if name == "KafkaLimits":
-        from sink.kafka.limits import KafkaLimits
-
-        return KafkaLimits
-    if name == "SUPPORTED":
-        from sink.kafka.handlers import SUPPORTED
-
-        return SUPPORTED
-    raise AttributeError(name)

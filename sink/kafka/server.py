@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TYPE_CHECKING
 
 from sink.kafka.connection import Connection
-from sink.kafka.handlers import Advertised, HandlerContext
+from sink.kafka.handlers import SUPPORTED, Advertised, HandlerContext
 from sink.kafka.limits import KafkaLimits
-from sink.service import SinkService
+
+if TYPE_CHECKING:  # only typed against: sink.kafka imports nothing of sink.service
+    from sink.service import SinkService
 
 log = logging.getLogger("sink.kafka")
 
@@ -40,7 +43,7 @@ class KafkaServer:
             if set(advertised) != set(service.brokers):
                 raise ValueError("advertised addresses must name every node")
             adv = Advertised(dict(advertised), forwarded_replies_usable=False)
-        self.context = HandlerContext(service, self.limits, adv)
+        self.context = HandlerContext.of_node(service, service.fsm, self.limits, adv, SUPPORTED)
         self.bound_port = 0
         self.pending_produce_bytes = 0
         self.room_waiters: set[asyncio.Event] = set()

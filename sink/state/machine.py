@@ -24,17 +24,14 @@ from typing import Any, NamedTuple
 from raftlog.entry import LogEntry
 from raftlog.runtime import StateMachine
 from raftlog.storage.errors import LogRangeError
-from sink.kafka.records import patched_prefix, record_count
+from sink.kafka.protocol.errors import ErrorCode, OffsetOutOfRange
+from sink.kafka.protocol.records import patched_prefix, record_count
 from sink.state import commands as cmd
 from sink.state.partitions import PartitionLog
-from sink.state.producers import ACCEPT, DUPLICATE, SEQ_MODULUS, ProducerTable
+from sink.state.producers import SEQ_MODULUS, ProducerTable
 
 log = logging.getLogger("sink.state")
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
 
 FIRST_PRODUCER_ID = 1000
 _SNAPSHOT_VERSION = 1
@@ -49,19 +46,15 @@ class TopicInfo(NamedTuple):
 class ProduceResult(NamedTuple):
     """Outcome of one PRODUCE entry: error code, base offset (-1 on error), log start."""
 
-    error: int
+    error: ErrorCode
     base_offset: int
     log_start_offset: int
     duplicate: bool = False
 
 
 class CreateTopicResult(NamedTuple):
-    error: int
+    error: ErrorCode
     topic: TopicInfo | None
-
-
-class OffsetOutOfRange(Exception):
-    """The requested offset is below log_start_offset or above the high watermark."""
 
 
 ReadEntries = Callable[[int, int, int], list[LogEntry]]
@@ -126,7 +119,7 @@ class SinkStateMachine(StateMachine):
             tag = data[0] if data else -1
             if tag == cmd.PRODUCE:
                 r = self._apply_produce(e)
-                new_data = new_data or (r.error == NONE and not r.duplicate)
+                new_data = new_data or (r.error == ErrorCode.none and not r.duplicate)
                 results.append(r)
             elif tag == cmd.CREATE_TOPIC:
                 results.append(self._apply_create(cmd.decode_create_topic(data)))
@@ -147,17 +140,19 @@ class SinkStateMachine(StateMachine):
         c = cmd.decode_produce(e.data)
         part = self._parts.get((c.topic, c.partition))
         if part is None:
-            return ProduceResult(UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+            return ProduceResult(ErrorCode.unknown_topic_or_partition, -1, -1)
         count = record_count(memoryview(e.data)[c.batch_offset :])
         if c.producer_id >= 0:
             last_seq = (c.base_sequence + count - 1) % SEQ_MODULUS
-            verdict, base = self.producers.check(
+            verdict = self.producers.check(
                 c.producer_id, c.topic, c.partition, c.producer_epoch, c.base_sequence, last_seq
             )
-            if verdict == DUPLICATE:
-                return ProduceResult(NONE, base, part.log_start_offset, True)
-            if verdict != ACCEPT:
-                return ProduceResult(int(verdict), -1, part.log_start_offset)
+            if verdict.duplicate:
+                return ProduceResult(
+                    ErrorCode.none, verdict.base_offset, part.log_start_offset, True
+                )
+            if verdict.error != ErrorCode.none:
+                return ProduceResult(verdict.error, -1, part.log_start_offset)
             base = part.append(e.index, count)
             self.producers.record(
                 c.producer_id,
@@ -170,7 +165,7 @@ class SinkStateMachine(StateMachine):
             )
         else:
             base = part.append(e.index, count)
-        return ProduceResult(NONE, base, part.log_start_offset)
+        return ProduceResult(ErrorCode.none, base, part.log_start_offset)
 
     def _apply_commit(self, c: cmd.CommitOffsetsCmd) -> int:
         """Record a pipeline's consumed offsets (they only move forward); returns
@@ -203,14 +198,14 @@ class SinkStateMachine(StateMachine):
     def _apply_create(self, c: cmd.CreateTopicCmd) -> CreateTopicResult:
         existing = self._topics.get(c.name)
         if existing is not None:
-            return CreateTopicResult(TOPIC_ALREADY_EXISTS, existing)
+            return CreateTopicResult(ErrorCode.topic_already_exists, existing)
         if c.partitions < 1:
-            return CreateTopicResult(INVALID_PARTITIONS, None)
+            return CreateTopicResult(ErrorCode.invalid_partitions, None)
         info = TopicInfo(c.name, c.partitions, c.topic_id)
         self._topics[c.name] = info
         for p in range(c.partitions):
             self._parts[(c.name, p)] = PartitionLog()
-        return CreateTopicResult(NONE, info)
+        return CreateTopicResult(ErrorCode.none, info)
 
     # ---------------------------------------------------------- leadership
 

@@ -20,16 +20,26 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from sink.kafka.protocol.errors import ErrorCode
 
 NUM_BATCHES_TO_RETAIN = 5
 SEQ_MODULUS = 1 << 31
 
-NONE = 0
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
 
-ACCEPT = "accept"
-DUPLICATE = "duplicate"
+class Verdict(NamedTuple):
+    """check()'s decision: accept (error none), a duplicate of a cached batch
+    (error none, duplicate, its ORIGINAL base offset), or a rejection (the error)."""
+
+    error: ErrorCode
+    base_offset: int = -1
+    duplicate: bool = False
+
+
+ACCEPT = Verdict(ErrorCode.none)
+OUT_OF_ORDER = Verdict(ErrorCode.out_of_order_sequence_number)
+INVALID_EPOCH = Verdict(ErrorCode.invalid_producer_epoch)
 
 
 @dataclass(slots=True)
@@ -49,21 +59,21 @@ class ProducerTable:
 
     def check(
         self, pid: int, topic: str, partition: int, epoch: int, first_seq: int, last_seq: int
-    ) -> tuple[str | int, int]:
-        """-> (ACCEPT, -1), (DUPLICATE, original base offset) or (error code, -1)."""
+    ) -> Verdict:
+        """ACCEPT, a duplicate (with the original base offset) or a rejection."""
         entry = self.entries.get((pid, topic, partition))
         if entry is None:
-            return ACCEPT, -1
+            return ACCEPT
         if epoch < entry.epoch:
-            return INVALID_PRODUCER_EPOCH, -1
+            return INVALID_EPOCH
         if epoch > entry.epoch:
-            return (ACCEPT, -1) if first_seq == 0 else (OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
+            return ACCEPT if first_seq == 0 else OUT_OF_ORDER
         for f, last, base in entry.batches:
             if f == first_seq and last == last_seq:
-                return DUPLICATE, base
+                return Verdict(ErrorCode.none, base, True)
         if entry.batches and first_seq != (entry.batches[-1][1] + 1) % SEQ_MODULUS:
-            return OUT_OF_ORDER_SEQUENCE_NUMBER, -1
-        return ACCEPT, -1
+            return OUT_OF_ORDER
+        return ACCEPT
 
     def record(
         self,

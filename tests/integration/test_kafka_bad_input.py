@@ -381,19 +381,30 @@ META_FLAGS = {
 }
 
 
+def inject(monkeypatch, api_key: int, handle) -> None:
+    """Serve api_key with handle (the connection looks the registry up per request)."""
+    import dataclasses
+
+    from sink.kafka import connection
+    from sink.kafka.handlers import REGISTRY
+
+    patched = dict(REGISTRY)
+    patched[api_key] = dataclasses.replace(REGISTRY[api_key], handle=handle)
+    monkeypatch.setattr(connection, "REGISTRY", patched)
+
+
 def test_a_handler_that_raises_answers_unknown_server_error(cluster, monkeypatch, caplog):
     """Injected failure: the client gets UNKNOWN_SERVER_ERROR in the request's shape,
     and its next request on the same connection succeeds."""
-    from sink.kafka.handlers import HANDLERS
 
-    async def boom(ctx, version, corr, req, frame=b""):
+    async def boom(ctx, call):
         raise RuntimeError("injected")
 
     server = cluster.nodes[1].server
     before = server.handler_errors
     with connect(cluster) as s:
         _api_versions_v3(s, 1)
-        monkeypatch.setitem(HANDLERS, 3, boom)
+        inject(monkeypatch, 3, boom)
         resp = _metadata(s, 2)
         assert [(t.name, int(t.error_code)) for t in resp.topics] == [("known", -1)]
         monkeypatch.undo()
@@ -406,18 +417,16 @@ def test_a_handler_that_raises_answers_unknown_server_error(cluster, monkeypatch
 
 def test_a_handler_whose_future_fails_answers_unknown_server_error(cluster, monkeypatch):
     """The same for a failure after dispatch (the handler's task raises): Produce."""
-    import asyncio as aio
+    from sink.kafka.handlers import later
 
-    from sink.kafka.handlers import HANDLERS
-
-    async def late_boom(ctx, version, corr, req, frame=b""):
+    async def late_boom(ctx, call):
         async def fail():
             raise ValueError("injected late")
 
-        return aio.get_running_loop().create_task(fail())
+        return later(fail())
 
     with connect(cluster) as s:
-        monkeypatch.setitem(HANDLERS, 0, late_boom)
+        inject(monkeypatch, 0, late_boom)
         assert produce(s, "known", make_batch([b"x"]), corr=4).error_code == -1
         monkeypatch.undo()
         assert produce(s, "known", make_batch([b"y"]), corr=5).error_code == 0

@@ -138,4 +138,5 @@ def test_only_a_node_that_knows_says_offset_out_of_range(tmp_path):
         assert int(fetch_raw(cluster.ports[lead], "lag", 25).error_code) == 1  # surely absent
         assert int(fetch_raw(cluster.ports[lead], "lag", 25, epoch=term).error_code) == 1
         # A client that saw a later leader epoch: this leader may be deposed; not a reset.
-        assert int(fetch_raw(cluster.ports[lead], "lag", 25, epoch=term + 1).error_code) == 76
+        # UNKNOWN_LEADER_EPOCH is 75 (76, asserted here before, is UNSUPPORTED_COMPRESSION_TYPE).
+        assert int(fetch_raw(cluster.ports[lead], "lag", 25, epoch=term + 1).error_code) == 75

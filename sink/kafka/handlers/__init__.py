@@ -1,90 +1,67 @@
-"""Request handlers by API key, and the versions served (advertised in ApiVersions).
+"""The APIs served: one module per API, registered by its kio request schema's
+__api_key__ (see handlers/api.py for the shape of a module).
 
 Advertise only what is served: librdkafka gates features on this list
 (Fetch >= 4 for RecordBatch v2, Fetch >= 10 for zstd, FindCoordinator for lz4,
 InitProducerId for idempotence). OffsetForLeaderEpoch (23) and telemetry (71)
-are deliberately absent.
+are deliberately absent. To add an API: write handlers/<api>.py with
+`API = Api(...)` and list it in _MODULES; ApiVersions, the dispatcher, the docs
+table and the conformance harness pick it up from REGISTRY.
 """
 
-from sink.kafka.handlers.cluster import (
-    api_versions_error_response,
-    create_topics_error_response,
-    encode_api_versions,
-    find_coordinator_error_response,
-    handle_create_topics,
-    handle_find_coordinator,
-    handle_metadata,
-    metadata_error_response,
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from sink.kafka.handlers import (
+    api_versions,
+    create_topics,
+    fetch,
+    find_coordinator,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_fetch,
+    produce,
 )
-from sink.kafka.handlers.context import Advertised, HandlerContext
-from sink.kafka.handlers.fetch import (
-    fetch_error_response,
-    handle_fetch,
-    handle_list_offsets,
-    list_offsets_error_response,
-)
-from sink.kafka.handlers.groups import (
-    handle_offset_commit,
-    handle_offset_fetch,
-    offset_commit_error_response,
-    offset_fetch_error_response,
-)
-from sink.kafka.handlers.produce import (
-    handle_init_producer_id,
-    handle_produce,
-    init_producer_id_error_response,
-    produce_error_response,
+from sink.kafka.handlers.api import Api, Call, Response, answered, later
+from sink.kafka.handlers.api_versions import API_VERSIONS_KEY, encode_api_versions
+from sink.kafka.handlers.services import Advertised, HandlerContext
+
+_MODULES = (
+    produce,
+    fetch,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_fetch,
+    find_coordinator,
+    api_versions,
+    create_topics,
+    init_producer_id,
 )
 
-API_VERSIONS_KEY = 18
+REGISTRY: MappingProxyType[int, Api] = MappingProxyType(
+    {m.API.key: m.API for m in sorted(_MODULES, key=lambda m: m.API.key)}
+)
+"""API key -> its Api (handler, error response, versions, pricing)."""
 
-SUPPORTED: dict[int, tuple[int, int]] = {
-    0: (3, 10),  # Produce
-    1: (4, 12),  # Fetch
-    2: (1, 8),  # ListOffsets
-    3: (0, 12),  # Metadata
-    8: (2, 8),  # OffsetCommit
-    9: (1, 7),  # OffsetFetch
-    10: (0, 4),  # FindCoordinator
-    18: (0, 4),  # ApiVersions
-    19: (2, 7),  # CreateTopics
-    22: (0, 4),  # InitProducerId
-}
-
-HANDLERS = {
-    0: handle_produce,
-    1: handle_fetch,
-    2: handle_list_offsets,
-    3: handle_metadata,
-    8: handle_offset_commit,
-    9: handle_offset_fetch,
-    10: handle_find_coordinator,
-    19: handle_create_topics,
-    22: handle_init_producer_id,
-}
-
-# (version, correlation id, request or None, error code) -> the response of that
-# version answering every part of the request with the code; None where no answer
-# can be formed (acks=0, or no request to mirror and no top-level error code).
-ERROR_RESPONSES = {
-    0: produce_error_response,
-    1: fetch_error_response,
-    2: list_offsets_error_response,
-    3: metadata_error_response,
-    8: offset_commit_error_response,
-    9: offset_fetch_error_response,
-    10: find_coordinator_error_response,
-    18: api_versions_error_response,
-    19: create_topics_error_response,
-    22: init_producer_id_error_response,
-}
+SUPPORTED: MappingProxyType[int, tuple[int, int]] = MappingProxyType(
+    {key: api.versions for key, api in REGISTRY.items()}
+)
+"""API key -> (min, max) versions served and advertised in ApiVersions."""
 
 __all__ = [
     "API_VERSIONS_KEY",
-    "ERROR_RESPONSES",
-    "HANDLERS",
+    "REGISTRY",
     "SUPPORTED",
     "Advertised",
+    "Api",
+    "Call",
     "HandlerContext",
+    "Response",
+    "answered",
     "encode_api_versions",
+    "later",
 ]

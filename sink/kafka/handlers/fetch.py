@@ -1,14 +1,14 @@
-"""Fetch (v4-v12, hand-rolled response) and ListOffsets.
+"""Fetch (v4-v16, hand-rolled response; topics by id from v13, KIP-516).
 
 Only applied (committed) data is served. A leader serves only after
 on_leader_start of its current term (an own-term entry applied), so its high
 watermark is at least every earlier leader's; followers serve their applied
 data, and above their high watermark send the client to the leader (see
-_beyond_high_watermark: OFFSET_OUT_OF_RANGE only where the offset surely does not exist). Fetch
-honours max_wait/min_bytes with a wake-up on newly applied
-records, declines fetch sessions (session_id 0), returns whole batches from
-the one containing fetch_offset, and at least one batch even above
-partition_max_bytes (KIP-74).
+_beyond_high_watermark: OFFSET_OUT_OF_RANGE only where the offset surely does not
+exist). Fetch honours max_wait/min_bytes with a wake-up on newly applied records,
+declines fetch sessions (session_id 0), returns whole batches from the one
+containing fetch_offset, and at least one batch even above partition_max_bytes
+(KIP-74). v16 answers that send the client away name the leader (KIP-951).
 """
 
 from __future__ import annotations
@@ -17,25 +17,23 @@ import asyncio
 import contextlib
 from typing import Any
 
-from sink.kafka import errors as E
-from sink.kafka.build import encode_response
-from sink.kafka.encoders import FetchPartition, encode_fetch
-from sink.kafka.handlers.context import HandlerContext
-from sink.state import OffsetOutOfRange
+from kio.schema.fetch.v16.request import FetchRequest
 
-FETCH = 1
-LIST_OFFSETS = 2
+from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.services import HandlerContext
+from sink.kafka.protocol.encoders import FetchPartition, encode_fetch
+from sink.kafka.protocol.errors import ErrorCode, OffsetOutOfRange
 
 
-def _serving_error(ctx: HandlerContext) -> int:
-    svc = ctx.service
-    if svc.is_leader() and not svc.leader_ready():
-        return E.NOT_LEADER_OR_FOLLOWER  # new leader, own-term entry not applied yet
-    return E.NONE
+def _serving_error(ctx: HandlerContext) -> ErrorCode:
+    lead = ctx.leadership
+    if lead.is_leader() and not lead.leader_ready():
+        return ErrorCode.not_leader_or_follower  # new leader, own-term entry not applied yet
+    return ErrorCode.none
 
 
-def _beyond_high_watermark(ctx: HandlerContext, client_epoch: int) -> int:
-    """The answer to a Fetch above this node's high watermark (NONE: an empty, waiting answer).
+def _beyond_high_watermark(ctx: HandlerContext, client_epoch: int) -> ErrorCode:
+    """The answer to a Fetch above this node's high watermark (none: an empty, waiting answer).
 
     OFFSET_OUT_OF_RANGE makes a consumer reset its position (to earliest or latest: re-reading
     or skipping records), so only a node that knows the offset does not exist may say it: a
@@ -52,35 +50,50 @@ def _beyond_high_watermark(ctx: HandlerContext, client_epoch: int) -> int:
     Metadata and retries. Only this answer checks the epoch: serving committed data below the
     high watermark is correct on any replica in any term.
     """
-    svc = ctx.service
-    if not svc.leader_ready():
-        return E.NOT_LEADER_OR_FOLLOWER
-    if client_epoch > svc.leader_epoch():
-        return E.UNKNOWN_LEADER_EPOCH
-    if not svc.applied_all_committed():
-        return E.NONE
-    return E.OFFSET_OUT_OF_RANGE
+    lead = ctx.leadership
+    if not lead.leader_ready():
+        return ErrorCode.not_leader_or_follower
+    if client_epoch > lead.leader_epoch():
+        return ErrorCode.unknown_leader_epoch
+    if not lead.applied_all_committed():
+        return ErrorCode.none
+    return ErrorCode.offset_out_of_range
 
 
-def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
-    fsm = ctx.fsm
+def _collect(ctx: HandlerContext, req: Any, version: int) -> tuple[list, int, bool]:
+    fsm = ctx.partitions
     budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
     total = 0
     any_error = False
     serving = _serving_error(ctx)
-    topics = []
+    topics: list = []
     for ft in req.topics:
-        name = ft.topic
-        parts = []
+        parts: list[FetchPartition] = []
+        if version >= 13:  # by topic id (KIP-516)
+            info = fsm.topic_by_id(ft.topic_id)
+            topics.append((ft.topic_id, parts))
+            if info is None:
+                for fp in ft.partitions:
+                    parts.append(
+                        FetchPartition(fp.partition, ErrorCode.unknown_topic_id, -1, -1, (), 0)
+                    )
+                any_error = any_error or bool(ft.partitions)
+                continue
+            name = info.name
+        else:
+            name = ft.topic
+            topics.append((name, parts))
         for fp in ft.partitions:
             idx = fp.partition
             if not fsm.has_partition(name, idx):
-                parts.append(FetchPartition(idx, E.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, (), 0))
+                parts.append(
+                    FetchPartition(idx, ErrorCode.unknown_topic_or_partition, -1, -1, (), 0)
+                )
                 any_error = True
                 continue
             hw = fsm.high_watermark(name, idx)
             start = fsm.log_start_offset(name, idx)
-            if serving != E.NONE:
+            if serving != ErrorCode.none:
                 parts.append(FetchPartition(idx, serving, -1, -1, (), 0))
                 any_error = True
                 continue
@@ -88,11 +101,11 @@ def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
                 err = _beyond_high_watermark(ctx, getattr(fp, "current_leader_epoch", -1))
                 # Only answers about this partition's log carry its offsets; "ask elsewhere"
                 # answers carry -1, like the serving errors above.
-                known = err in (E.NONE, E.OFFSET_OUT_OF_RANGE)
+                known = err in (ErrorCode.none, ErrorCode.offset_out_of_range)
                 parts.append(
                     FetchPartition(idx, err, hw if known else -1, start if known else -1, (), 0)
                 )
-                any_error = any_error or err != E.NONE
+                any_error = any_error or err != ErrorCode.none
                 continue
             pieces: list = []
             size = 0
@@ -103,7 +116,9 @@ def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
                 try:
                     batches = fsm.read_parts(name, idx, fp.fetch_offset, max(limit, 1))
                 except OffsetOutOfRange:
-                    parts.append(FetchPartition(idx, E.OFFSET_OUT_OF_RANGE, hw, start, (), 0))
+                    parts.append(
+                        FetchPartition(idx, ErrorCode.offset_out_of_range, hw, start, (), 0)
+                    )
                     any_error = True
                     continue
                 for _base, prefix, rest in batches:
@@ -111,111 +126,84 @@ def _collect(ctx: HandlerContext, req: Any) -> tuple[list, int, bool]:
                     pieces.append(rest)
                     size += len(prefix) + len(rest)
             elif fp.fetch_offset < start:
-                parts.append(FetchPartition(idx, E.OFFSET_OUT_OF_RANGE, hw, start, (), 0))
+                parts.append(FetchPartition(idx, ErrorCode.offset_out_of_range, hw, start, (), 0))
                 any_error = True
                 continue
             total += size
-            parts.append(FetchPartition(idx, E.NONE, hw, start, pieces, size))
-        topics.append((name, parts))
+            parts.append(FetchPartition(idx, ErrorCode.none, hw, start, pieces, size))
     return topics, total, any_error
 
 
-async def handle_fetch(
-    ctx: HandlerContext, version: int, corr: int, req: Any, frame: bytes = b""
-) -> asyncio.Future:
-    async def run() -> list:
-        loop = asyncio.get_running_loop()
-        wait_s = min(req.max_wait.total_seconds(), ctx.limits.max_fetch_wait_ms / 1000)
-        deadline = loop.time() + max(wait_s, 0.0)
-        while True:
-            ev = ctx.fsm.data_event()  # taken before reading: no lost wake-up
-            topics, total, any_error = _collect(ctx, req)
-            remaining = deadline - loop.time()
-            if total >= max(req.min_bytes, 1) or any_error or remaining <= 0:
-                return encode_fetch(version, corr, topics)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ev.wait(), remaining)
+def _leader_hints(ctx: HandlerContext, topics: list) -> tuple[list, list]:
+    """KIP-951 (v16+): partitions sent away (NOT_LEADER_OR_FOLLOWER) name the leader
+    and its epoch, and the response carries the leader's endpoint, so the client
+    skips a Metadata round trip after a failover."""
+    lead = ctx.leader_id()
+    if lead < 0:
+        return topics, []
+    epoch = ctx.leadership.leader_epoch()
+    hinted = False
+    out = []
+    for key, parts in topics:
+        new = []
+        for p in parts:
+            if p.error == ErrorCode.not_leader_or_follower:
+                p = p._replace(leader_id=lead, leader_epoch=epoch)
+                hinted = True
+            new.append(p)
+        out.append((key, new))
+    ep = ctx.leader_endpoint()
+    return out, [ep] if hinted and ep is not None else []
 
-    return asyncio.get_running_loop().create_task(run())
+
+async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
+    return later(_long_poll(ctx, call))
 
 
-def fetch_error_response(
-    version: int, corr: int, req: Any, code: int
+async def _long_poll(ctx: HandlerContext, call: Call) -> list:
+    req = call.req
+    loop = asyncio.get_running_loop()
+    wait_s = min(req.max_wait.total_seconds(), ctx.limits.max_fetch_wait_ms / 1000)
+    deadline = loop.time() + max(wait_s, 0.0)
+    while True:
+        ev = ctx.partitions.data_event()  # taken before reading: no lost wake-up
+        topics, total, any_error = _collect(ctx, req, call.version)
+        remaining = deadline - loop.time()
+        if total >= max(req.min_bytes, 1) or any_error or remaining <= 0:
+            endpoints: list = []
+            if any_error and call.version >= 16:
+                topics, endpoints = _leader_hints(ctx, topics)
+            return encode_fetch(call.version, call.corr, topics, node_endpoints=endpoints)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ev.wait(), remaining)
+
+
+def error_response(
+    version: int, corr: int, req: Any, code: ErrorCode
 ) -> list[bytes | memoryview] | None:
     """The top-level error (v7+) and every partition of the request with code; None
     where there is neither a request to mirror nor a top-level error code."""
     if req is None:
         return encode_fetch(version, corr, [], error=code) if version >= 7 else None
     topics = [
-        (ft.topic, [FetchPartition(fp.partition, code, -1, -1, (), 0) for fp in ft.partitions])
+        (
+            ft.topic_id if version >= 13 else ft.topic,
+            [FetchPartition(fp.partition, code, -1, -1, (), 0) for fp in ft.partitions],
+        )
         for ft in req.topics
     ]
-    return encode_fetch(version, corr, topics, error=code if version >= 7 else 0)
+    return encode_fetch(version, corr, topics, error=code if version >= 7 else ErrorCode.none)
 
 
-def list_offsets_error_response(version: int, corr: int, req: Any, code: int) -> bytes | None:
-    if req is None:
-        return None
-    topics = [
-        {
-            "name": t.name,
-            "partitions": [
-                {
-                    "partition_index": p.partition_index,
-                    "error_code": code,
-                    "timestamp": -1,
-                    "offset": -1,
-                    "leader_epoch": -1,
-                }
-                for p in t.partitions
-            ],
-        }
-        for t in req.topics
-    ]
-    return encode_response(LIST_OFFSETS, version, corr, {"throttle_time": 0, "topics": topics})
-
-
-async def handle_list_offsets(
-    ctx: HandlerContext, version: int, corr: int, req: Any, frame: bytes = b""
-) -> bytes:
-    """-1 latest (high watermark), -2 / -4 earliest, -3 max timestamp (approximated
-    by the last offset, timestamp -1). Lookup by a real timestamp is not
-    supported: answered with offset -1 (no such record)."""
-    svc, fsm = ctx.service, ctx.fsm
-    if not svc.is_leader():
-        err_all = E.NOT_LEADER_OR_FOLLOWER
-    elif not svc.leader_ready():
-        err_all = E.LEADER_NOT_AVAILABLE
-    else:
-        err_all = E.NONE
-    epoch = svc.leader_epoch()
-    topics = []
-    for t in req.topics:
-        parts = []
-        for p in t.partitions:
-            entry = {
-                "partition_index": p.partition_index,
-                "timestamp": -1,
-                "offset": -1,
-                "leader_epoch": -1,
-            }
-            if err_all != E.NONE:
-                entry["error_code"] = err_all
-            elif not fsm.has_partition(t.name, p.partition_index):
-                entry["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                hw = fsm.high_watermark(t.name, p.partition_index)
-                start = fsm.log_start_offset(t.name, p.partition_index)
-                ts = p.timestamp
-                if ts == -1:
-                    off = hw
-                elif ts in (-2, -4):
-                    off = start
-                elif ts == -3:
-                    off = hw - 1 if hw > start else -1
-                else:
-                    off = -1
-                entry.update(error_code=E.NONE, offset=off, leader_epoch=epoch)
-            parts.append(entry)
-        topics.append({"name": t.name, "partitions": parts})
-    return encode_response(LIST_OFFSETS, version, corr, {"throttle_time": 0, "topics": topics})
+API = Api(
+    FetchRequest,
+    (4, 16),
+    handle,
+    error_response,
+    summary=(
+        "hand-rolled response; topics by id from v13 (KIP-516, UNKNOWN_TOPIC_ID); v16 "
+        "names the leader on NOT_LEADER_OR_FOLLOWER (KIP-951); `session_id` 0 "
+        "(sessionless); max_wait/min_bytes honoured; at least one whole batch even above "
+        "partition_max_bytes"
+    ),
+)

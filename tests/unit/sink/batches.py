@@ -6,7 +6,7 @@ import struct
 
 from crc32c import crc32c
 
-from sink.kafka.records import HEADER
+from sink.kafka.protocol.records import HEADER
 
 
 def _varint(n: int) -> bytes:

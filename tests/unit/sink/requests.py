@@ -10,7 +10,7 @@ import uuid
 from kio.index import load_request_schema
 from kio.serial import entity_writer
 
-from sink.kafka.build import build
+from sink.kafka.protocol.build import build
 from tests.unit.sink.batches import make_batch
 
 TOPIC_ID = uuid.UUID(int=0x1234)

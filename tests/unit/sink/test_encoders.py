@@ -1,12 +1,19 @@
 """Hand-rolled Produce/Fetch responses are byte-identical to kio for every served version."""
 
+import uuid
+
 import pytest
 from kio.index import load_response_schema
 
-from sink.kafka.build import build, encode_entity
-from sink.kafka.encoders import FetchPartition, ProducePartition, encode_fetch, encode_produce
 from sink.kafka.handlers import SUPPORTED
-from sink.kafka.handlers.cluster import encode_api_versions
+from sink.kafka.handlers.api_versions import encode_api_versions
+from sink.kafka.protocol.build import build, encode_entity
+from sink.kafka.protocol.encoders import (
+    FetchPartition,
+    ProducePartition,
+    encode_fetch,
+    encode_produce,
+)
 
 
 def kio_produce(version, corr, topics, endpoints):
@@ -61,14 +68,18 @@ def test_produce_identical_to_kio(version, case):
     )
 
 
-def kio_fetch(version, corr, topics):
+def kio_fetch(version, corr, topics, endpoints=()):
     vals = {
         "throttle_time": 0,
         "error_code": 0,
         "session_id": 0,
+        "node_endpoints": [
+            {"node_id": n, "host": h, "port": port, "rack": None} for n, h, port in endpoints
+        ],
         "responses": [
             {
                 "topic": name,
+                "topic_id": name,
                 "partitions": [
                     {
                         "partition_index": p.index,
@@ -79,6 +90,10 @@ def kio_fetch(version, corr, topics):
                         "aborted_transactions": None,
                         "preferred_read_replica": -1,
                         "records": b"".join(bytes(x) for x in p.batches),
+                        "current_leader": {
+                            "leader_id": p.leader_id,
+                            "leader_epoch": p.leader_epoch,
+                        },
                     }
                     for p in parts
                 ],
@@ -109,7 +124,23 @@ FETCH_CASES = [
 @pytest.mark.parametrize("case", range(len(FETCH_CASES)))
 def test_fetch_identical_to_kio(version, case):
     topics = FETCH_CASES[case]
+    if version >= 13:  # topics keyed by id (KIP-516)
+        topics = [(uuid.uuid5(uuid.NAMESPACE_DNS, name), parts) for name, parts in topics]
     assert b"".join(encode_fetch(version, 7, topics)) == kio_fetch(version, 7, topics)
+
+
+@pytest.mark.parametrize("version", [v for v in range(12, SUPPORTED[1][1] + 1)])
+def test_fetch_leader_hints_identical_to_kio(version):
+    """KIP-951 (v16+): current_leader per partition and the leader's endpoint."""
+    key = uuid.UUID(int=7) if version >= 13 else "t"
+    topics = [(key, [FetchPartition(0, 6, -1, -1, [], 0, 2, 9), FetchPartition(1, 0, 5, 0, [], 0)])]
+    endpoints = [(2, "host-2", 9092)]
+    hints = version >= 16
+    got = b"".join(encode_fetch(version, 7, topics, node_endpoints=endpoints))
+    if not hints:  # not written before v16
+        topics = [(key, [p._replace(leader_id=-1, leader_epoch=-1) for p in topics[0][1]])]
+        endpoints = []
+    assert got == kio_fetch(version, 7, topics, endpoints)
 
 
 def test_api_versions_fallback_is_v0_body_with_error_35():

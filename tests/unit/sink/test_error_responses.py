@@ -10,8 +10,8 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from sink.kafka.build import BuildError, build, encode_response
-from sink.kafka.handlers import ERROR_RESPONSES, SUPPORTED
+from sink.kafka.handlers import REGISTRY, SUPPORTED
+from sink.kafka.protocol.build import BuildError, build, encode_response
 from tests.unit.sink.requests import valid_request
 
 SERVED = [(k, v) for k, (lo, hi) in sorted(SUPPORTED.items()) for v in range(lo, hi + 1)]
@@ -51,7 +51,7 @@ def error_codes(entity) -> list[int]:
 @pytest.mark.parametrize("api_key, version", SERVED)
 def test_error_response_mirrors_the_request(api_key, version):
     req = parse_request(api_key, version)
-    data = ERROR_RESPONSES[api_key](version, 41, req, ErrorCode.unknown_server_error)
+    data = REGISTRY[api_key].error_response(version, 41, req, ErrorCode.unknown_server_error)
     corr, body = decode_strictly(api_key, version, data)
     assert corr == 41
     codes = error_codes(body)
@@ -64,7 +64,7 @@ def test_error_response_mirrors_the_request(api_key, version):
 def test_error_response_without_a_request(api_key, version):
     """No request (it could not be read): an answer only where the version has a
     top-level error code; None otherwise (the connection is closed instead)."""
-    data = ERROR_RESPONSES[api_key](version, 5, None, ErrorCode.invalid_request)
+    data = REGISTRY[api_key].error_response(version, 5, None, ErrorCode.invalid_request)
     if data is None:
         return
     corr, body = decode_strictly(api_key, version, data)
@@ -74,7 +74,7 @@ def test_error_response_without_a_request(api_key, version):
 def test_produce_acks_0_gets_no_error_answer():
     req = parse_request(0, 9)
     acks0 = dataclasses.replace(req, acks=0)
-    assert ERROR_RESPONSES[0](9, 1, acks0, -1) is None
+    assert REGISTRY[0].error_response(9, 1, acks0, -1) is None
 
 
 def test_build_refuses_a_missing_required_field():

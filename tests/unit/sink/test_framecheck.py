@@ -302,3 +302,21 @@ def test_unknown_tags_stripped_header_and_body(api_key, version):
         clean = strip_unknown_tags(tagged, shape.edits)
         assert clean == frame
         assert kio_read(clean, api_key, version)[1] == want
+
+
+def test_known_tagged_field_kept_beside_an_unknown_one():
+    """Fetch v12's ClusterId (tag 0) is read as Kafka does; an unknown tag next to it
+    in the same section is skipped and the section's count rewritten."""
+    from tests.unit.sink.requests import encode, request_values
+
+    frame = encode(1, 12, request_values(1) | {"cluster_id": "c-1"})
+    shape = check_request(frame, 1, 12)
+    assert shape.edits == ()
+    assert kio_read(frame, 1, 12)[1].cluster_id == "c-1"
+    # the body's last section: count 1, tag 0, size, compact string "c-1"
+    section = b"\x01\x00\x04\x04c-1"
+    assert frame.endswith(section)
+    tagged = frame[: -len(section)] + b"\x02\x00\x04\x04c-1\x09\x02zz"
+    shape = check_request(tagged, 1, 12)
+    assert [e.known_count for e in shape.edits] == [1]
+    assert strip_unknown_tags(tagged, shape.edits) == frame

@@ -2,13 +2,16 @@
 
 import pytest
 
-from sink.state.producers import (
-    ACCEPT,
-    DUPLICATE,
-    INVALID_PRODUCER_EPOCH,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    ProducerTable,
-)
+from sink.kafka.protocol.errors import ErrorCode
+from sink.state.producers import ACCEPT, ProducerTable, Verdict
+
+OUT_OF_ORDER_SEQUENCE_NUMBER = Verdict(ErrorCode.out_of_order_sequence_number)
+INVALID_PRODUCER_EPOCH = Verdict(ErrorCode.invalid_producer_epoch)
+
+
+def DUPLICATE(base: int) -> Verdict:
+    return Verdict(ErrorCode.none, base, True)
+
 
 T, P = "t", 0
 
@@ -22,9 +25,9 @@ def table_with(batches, epoch=0, pid=1):
 
 CASES = [
     # (name, history [(first,last)], history epoch, batch epoch, first, last, expected)
-    ("unknown pid, any sequence", None, 0, 3, 777, 780, (ACCEPT, -1)),
-    ("next in order", [(0, 4)], 0, 0, 5, 9, (ACCEPT, -1)),
-    ("duplicate of last -> original offset", [(0, 4), (5, 9)], 0, 0, 5, 9, (DUPLICATE, 100)),
+    ("unknown pid, any sequence", None, 0, 3, 777, 780, ACCEPT),
+    ("next in order", [(0, 4)], 0, 0, 5, 9, ACCEPT),
+    ("duplicate of last -> original offset", [(0, 4), (5, 9)], 0, 0, 5, 9, DUPLICATE(100)),
     (
         "duplicate of oldest cached",
         [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)],
@@ -32,7 +35,7 @@ CASES = [
         0,
         0,
         0,
-        (DUPLICATE, 0),
+        DUPLICATE(0),
     ),
     (
         "evicted (6th back) is out of order",
@@ -41,14 +44,14 @@ CASES = [
         0,
         0,
         0,
-        (OUT_OF_ORDER_SEQUENCE_NUMBER, -1),
+        OUT_OF_ORDER_SEQUENCE_NUMBER,
     ),
-    ("gap", [(0, 4)], 0, 0, 6, 9, (OUT_OF_ORDER_SEQUENCE_NUMBER, -1)),
-    ("rewind not cached", [(0, 4), (5, 9)], 0, 0, 3, 9, (OUT_OF_ORDER_SEQUENCE_NUMBER, -1)),
-    ("epoch+1 from seq 0", [(0, 4)], 0, 1, 0, 3, (ACCEPT, -1)),
-    ("higher epoch, seq != 0", [(0, 4)], 0, 1, 5, 6, (OUT_OF_ORDER_SEQUENCE_NUMBER, -1)),
-    ("lower epoch", [(0, 4)], 2, 1, 5, 6, (INVALID_PRODUCER_EPOCH, -1)),
-    ("wrap 2^31-1 -> 0", [(2**31 - 3, 2**31 - 1)], 0, 0, 0, 4, (ACCEPT, -1)),
+    ("gap", [(0, 4)], 0, 0, 6, 9, OUT_OF_ORDER_SEQUENCE_NUMBER),
+    ("rewind not cached", [(0, 4), (5, 9)], 0, 0, 3, 9, OUT_OF_ORDER_SEQUENCE_NUMBER),
+    ("epoch+1 from seq 0", [(0, 4)], 0, 1, 0, 3, ACCEPT),
+    ("higher epoch, seq != 0", [(0, 4)], 0, 1, 5, 6, OUT_OF_ORDER_SEQUENCE_NUMBER),
+    ("lower epoch", [(0, 4)], 2, 1, 5, 6, INVALID_PRODUCER_EPOCH),
+    ("wrap 2^31-1 -> 0", [(2**31 - 3, 2**31 - 1)], 0, 0, 0, 4, ACCEPT),
 ]
 
 
@@ -63,13 +66,13 @@ def test_rules(name, hist, hepoch, epoch, first, last, expected):
 def test_epoch_bump_clears_batches_and_partitions_are_independent():
     tab = table_with([(0, 4)])
     tab.record(1, T, P, 1, 0, 2, 500)
-    assert tab.check(1, T, P, 1, 0, 2) == (DUPLICATE, 500)
-    assert tab.check(1, T, P, 0, 0, 4) == (INVALID_PRODUCER_EPOCH, -1)
-    assert tab.check(1, T, 1, 0, 9, 9) == (ACCEPT, -1)  # other partition: unknown
+    assert tab.check(1, T, P, 1, 0, 2) == DUPLICATE(500)
+    assert tab.check(1, T, P, 0, 0, 4) == INVALID_PRODUCER_EPOCH
+    assert tab.check(1, T, 1, 0, 9, 9) == ACCEPT  # other partition: unknown
 
 
 def test_json_round_trip():
     tab = table_with([(0, 1), (2, 3)])
     again = ProducerTable.from_json(tab.to_json())
-    assert again.check(1, T, P, 0, 2, 3) == (DUPLICATE, 100)
-    assert again.check(1, T, P, 0, 4, 4) == (ACCEPT, -1)
+    assert again.check(1, T, P, 0, 2, 3) == DUPLICATE(100)
+    assert again.check(1, T, P, 0, 4, 4) == ACCEPT

@@ -2,7 +2,13 @@ import struct
 
 import pytest
 
-from sink.kafka.records import CORRUPT_MESSAGE, INVALID_RECORD, BatchError, parse_batches, patch
+from sink.kafka.protocol.records import (
+    CORRUPT_MESSAGE,
+    INVALID_RECORD,
+    BatchError,
+    parse_batches,
+    patch,
+)
 from tests.unit.sink.batches import make_batch
 
 

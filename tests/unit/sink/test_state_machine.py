@@ -7,7 +7,7 @@ import pytest
 
 from raftlog.entry import EntryType, LogEntry
 from raftlog.storage.errors import LogRangeError
-from sink.kafka.records import parse_batches
+from sink.kafka.protocol.records import parse_batches
 from sink.state import OffsetOutOfRange, SinkStateMachine, commands
 from tests.unit.sink.batches import make_batch
 

@@ -10,8 +10,11 @@ batches are written without being copied into one buffer.
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Sequence
 from typing import NamedTuple
+
+from sink.kafka.protocol.errors import ErrorCode
 
 _i16 = struct.Struct(">h").pack
 _i32 = struct.Struct(">i").pack
@@ -45,7 +48,7 @@ def response_header(correlation_id: int, flexible: bool) -> bytes:
 
 class ProducePartition(NamedTuple):
     index: int
-    error: int
+    error: ErrorCode
     base_offset: int
     log_start_offset: int
     leader_id: int = -1  # current_leader (v10+), written only when != (-1, -1)
@@ -79,41 +82,47 @@ def encode_produce(
             out.append(b"\x00")
     out.append(_i32(0))  # throttle_time_ms: librdkafka ignores it anyway
     if flex:
-        if version >= 10 and node_endpoints:
-            body = [uvarint(len(node_endpoints) + 1)]
-            for node_id, host, port in node_endpoints:
-                body += [_i32(node_id), _string(host, True), _i32(port), b"\x00\x00"]
-            data = b"".join(body)
-            out.append(b"\x01\x00" + uvarint(len(data)) + data)
-        else:
-            out.append(b"\x00")
+        out.append(_node_endpoints(node_endpoints) if version >= 10 and node_endpoints else b"\x00")
     return b"".join(out)
 
 
 class FetchPartition(NamedTuple):
     index: int
-    error: int
+    error: ErrorCode
     high_watermark: int
     log_start_offset: int
     batches: Sequence[bytes | memoryview]  # record batch pieces, concatenated on the wire
     size: int  # total bytes of batches
+    leader_id: int = -1  # current_leader (v16+, KIP-951), written only when != (-1, -1)
+    leader_epoch: int = -1
+
+
+def _node_endpoints(endpoints: Sequence[tuple[int, str, int]]) -> bytes:
+    """The NodeEndpoints tagged field (tag 0) of Produce v10+ / Fetch v16+ (KIP-951)."""
+    body = [uvarint(len(endpoints) + 1)]
+    for node_id, host, port in endpoints:
+        body += [_i32(node_id), _string(host, True), _i32(port), b"\x00\x00"]
+    data = b"".join(body)
+    return b"\x01\x00" + uvarint(len(data)) + data
 
 
 def encode_fetch(
     version: int,
     correlation_id: int,
-    topics: Sequence[tuple[str, Sequence[FetchPartition]]],
-    error: int = 0,
+    topics: Sequence[tuple[str | uuid.UUID, Sequence[FetchPartition]]],
+    error: ErrorCode = ErrorCode.none,
     session_id: int = 0,
+    node_endpoints: Sequence[tuple[int, str, int]] = (),
 ) -> list[bytes | memoryview]:
-    """Fetch v4-v12 response parts (no size prefix). Topics are named (v<13)."""
+    """Fetch v4-v16 response parts (no size prefix). A topic is keyed by its name
+    before v13 and by its topic id from v13 on (KIP-516)."""
     flex = version >= 12
     out: list[bytes | memoryview] = [response_header(correlation_id, flex), _i32(0)]
     if version >= 7:
         out.append(_i16(error) + _i32(session_id))
     out.append(_array_len(len(topics), flex))
-    for name, parts in topics:
-        out.append(_string(name, flex))
+    for key, parts in topics:
+        out.append(key.bytes if isinstance(key, uuid.UUID) else _string(key, flex))
         out.append(_array_len(len(parts), flex))
         for p in parts:
             head = [_FETCH_PART.pack(p.index, p.error, p.high_watermark, p.high_watermark)]
@@ -126,9 +135,12 @@ def encode_fetch(
             out.append(b"".join(head))
             out.extend(p.batches)
             if flex:
-                out.append(b"\x00")
+                if version >= 16 and (p.leader_id != -1 or p.leader_epoch != -1):
+                    out.append(b"\x01\x01\x09" + _i32(p.leader_id) + _i32(p.leader_epoch) + b"\x00")
+                else:
+                    out.append(b"\x00")
         if flex:
             out.append(b"\x00")
     if flex:
-        out.append(b"\x00")
+        out.append(_node_endpoints(node_endpoints) if version >= 16 and node_endpoints else b"\x00")
     return out

@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from sink.kafka.protocol.errors import ErrorCode
+
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted in batchLength
@@ -28,14 +30,14 @@ _MAX_SEQ = 1 << 31
 # keyLength, valueLength and header count, one byte each.
 MIN_RECORD_SIZE = 7
 
-CORRUPT_MESSAGE = 2
-INVALID_RECORD = 87
+CORRUPT_MESSAGE = ErrorCode.corrupt_message
+INVALID_RECORD = ErrorCode.invalid_record
 
 
 class BatchError(ValueError):
     """A batch failed validation; error_code is the Kafka error to answer with."""
 
-    def __init__(self, error_code: int, message: str) -> None:
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error_code = error_code
 

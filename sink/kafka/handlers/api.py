@@ -1,0 +1,77 @@
+"""The shape every API handler module has, and what the registry keys it by.
+
+A handler module defines one `API = Api(...)`:
+
+- request: any version of the API's kio request class; its __api_key__ is the
+  registry key (no literal API numbers anywhere);
+- versions: the (min, max) served, which ApiVersions advertises;
+- handle(ctx, call): a coroutine. Awaiting it is the dispatch step (the connection
+  reads no further request meanwhile, which keeps Produce's proposals in request
+  order); it returns ONE kind of result, a future of the response (a done one
+  for answers known at once; it resolves to None where no response is sent, as
+  for acks=0);
+- error_response(version, corr, req, code): the version's response answering
+  every part of req (None: a request that could not be read) with code, mirroring
+  topics/partitions where the response has them; None where no answer can be
+  formed (acks=0; nothing to mirror and no top-level error code);
+- priced: the request's frame bytes count against the produce back-pressure
+  budget until its response is written;
+- summary: one line for the table of APIs in docs/kafka.md (generated, tested).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from sink.kafka.handlers.services import HandlerContext
+from sink.kafka.protocol.errors import ErrorCode
+
+Response = bytes | list[bytes | memoryview] | None
+"""Response frame without the size prefix (parts for zero-copy Fetch), or None: no answer."""
+
+
+class Call(NamedTuple):
+    """One parsed request as its handler sees it."""
+
+    version: int
+    corr: int
+    req: Any
+    frame: bytes
+    """The request frame as received (for relaying it to the leader)."""
+
+
+Handle = Callable[[HandlerContext, Call], Awaitable["asyncio.Future[Response]"]]
+ErrorResponse = Callable[[int, int, Any, ErrorCode], Response]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    request: type
+    versions: tuple[int, int]
+    handle: Handle
+    error_response: ErrorResponse
+    priced: bool = False
+    summary: str = ""
+
+    @property
+    def key(self) -> int:
+        return int(self.request.__api_key__)
+
+    @property
+    def name(self) -> str:
+        return self.request.__name__.removesuffix("Request")
+
+
+def answered(response: Response) -> asyncio.Future[Response]:
+    """A done future of a response known at once."""
+    fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+    fut.set_result(response)
+    return fut
+
+
+def later(coro: Coroutine[Any, Any, Response]) -> asyncio.Future[Response]:
+    """A future of a response that waits (a long poll, a commit, a relay)."""
+    return asyncio.get_running_loop().create_task(coro)

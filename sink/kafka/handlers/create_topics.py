@@ -1,0 +1,84 @@
+"""CreateTopics: through the log, on the Raft leader (the controller); a follower
+answers NOT_CONTROLLER. topic_id (v7) is filled on every path: the zero UUID where
+no topic was created."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from kio.schema.create_topics.v7.request import CreateTopicsRequest
+
+from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.services import HandlerContext
+from sink.kafka.protocol.build import encode_response
+from sink.kafka.protocol.errors import ErrorCode
+
+_NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
+    return later(_create(ctx, call))
+
+
+async def _create(ctx: HandlerContext, call: Call) -> bytes:
+    out = []
+    for t in call.req.topics:
+        n = t.num_partitions if t.num_partitions > 0 else ctx.partitions.default_partitions
+        if not ctx.leadership.is_leader():
+            err, msg, info = ErrorCode.not_controller, "not the controller (Raft leader)", None
+        elif call.req.validate_only:
+            exists = ctx.partitions.topic(t.name) is not None
+            err = ErrorCode.topic_already_exists if exists else ErrorCode.none
+            msg, info = None, None
+        else:
+            res = await ctx.topics.create_topic(t.name, n)
+            err, info = res.error, res.topic
+            msg = None if err == ErrorCode.none else f"create topic {t.name!r} failed ({err.name})"
+        out.append(
+            {
+                "name": t.name,
+                "topic_id": info.topic_id if info is not None else _NO_TOPIC_ID,
+                "error_code": err,
+                "error_message": msg,
+                "num_partitions": info.partitions if info else n,
+                "replication_factor": len(ctx.brokers),
+                "configs": [],
+            }
+        )
+    return _encode(call.version, call.corr, out)
+
+
+def _encode(version: int, corr: int, topics: list) -> bytes:
+    body = {"throttle_time": 0, "topics": topics}
+    return encode_response(CreateTopicsRequest.__api_key__, version, corr, body)
+
+
+def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes | None:
+    if req is None:
+        return None
+    topics = [
+        {
+            "name": t.name,
+            "topic_id": _NO_TOPIC_ID,
+            "error_code": code,
+            "error_message": None,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": [],
+        }
+        for t in req.topics
+    ]
+    return _encode(version, corr, topics)
+
+
+API = Api(
+    CreateTopicsRequest,
+    (2, 7),
+    handle,
+    error_response,
+    summary=(
+        "through the log; on a follower NOT_CONTROLLER (clients send it to controller_id = leader)"
+    ),
+)

@@ -1,0 +1,64 @@
+"""InitProducerId: a new PID with epoch 0 for every non-transactional request (KIP-98).
+
+A follower relays the request to the leader (librdkafka keeps asking the same
+broker), answering NOT_COORDINATOR only if that fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+
+from sink.kafka.forward import ForwardError, forward_frame
+from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.services import HandlerContext
+from sink.kafka.protocol.build import encode_response
+from sink.kafka.protocol.errors import ErrorCode
+
+log = logging.getLogger("sink.kafka")
+
+
+async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
+    return later(_run(ctx, call))
+
+
+async def _run(ctx: HandlerContext, call: Call) -> bytes:
+    lead = ctx.leadership
+    ep = lead.forward_endpoint()
+    if call.req.transactional_id is not None:
+        err, pid, epoch = ErrorCode.invalid_request, -1, -1
+    elif not lead.is_leader() and ep is not None and ep[0] != lead.node_id and call.frame:
+        try:
+            return await forward_frame(ep[1], ep[2], call.frame)
+        except ForwardError as exc:
+            log.warning("kafka.forward init_producer_id failed: %s", exc)
+            err, pid, epoch = ErrorCode.not_coordinator, -1, -1
+    elif not lead.is_leader():
+        err, pid, epoch = ErrorCode.not_coordinator, -1, -1
+    else:
+        err, pid, epoch = await ctx.producer_ids.init_producer_id()
+    return _encode(call.version, call.corr, err, pid, epoch)
+
+
+def _encode(version: int, corr: int, err: ErrorCode, pid: int, epoch: int) -> bytes:
+    body = {"throttle_time": 0, "error_code": err, "producer_id": pid, "producer_epoch": epoch}
+    return encode_response(InitProducerIdRequest.__api_key__, version, corr, body)
+
+
+def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes:
+    return _encode(version, corr, code, -1, -1)
+
+
+API = Api(
+    InitProducerIdRequest,
+    (0, 4),
+    handle,
+    error_response,
+    summary=(
+        "null transactional id only; a new PID (allocated through the log) with epoch 0; "
+        "a follower relays the request to the leader"
+    ),
+)

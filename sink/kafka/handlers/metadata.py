@@ -1,0 +1,140 @@
+"""Metadata: every node is a replica of every partition; the leader is the Raft
+leader (while leaderless: the last leader known, see Leadership.leader_hint) and
+leader_epoch the Raft term. Topics asked for are auto-created if allowed; a
+follower relays such a request to the leader, which creates them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from kio.schema.metadata.v12.request import MetadataRequest
+
+from sink.kafka.forward import ForwardError, forward_frame
+from sink.kafka.handlers.api import Api, Call, Response, answered
+from sink.kafka.handlers.services import HandlerContext
+from sink.kafka.protocol.build import encode_response
+from sink.kafka.protocol.errors import ErrorCode
+
+log = logging.getLogger("sink.kafka")
+_NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+def _broker_list(ctx: HandlerContext) -> list[dict]:
+    return [
+        {"node_id": i, "host": h, "port": p, "rack": None}
+        for i, (h, p) in sorted(ctx.brokers.items())
+    ]
+
+
+def _topic_entry(ctx: HandlerContext, name: str, error: ErrorCode) -> dict[str, Any]:
+    info = ctx.partitions.topic(name) if error == ErrorCode.none else None
+    if info is None:
+        return _missing_topic(name, error)
+    leader = ctx.leader_hint()  # while leaderless: the best guess, not -1
+    epoch = ctx.leadership.leader_epoch()
+    replicas = sorted(ctx.brokers)
+    return {
+        "error_code": ErrorCode.none,
+        "name": name,
+        "topic_id": info.topic_id,
+        "is_internal": False,
+        "partitions": [
+            {
+                "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+                "partition_index": p,
+                "leader_id": leader,
+                "leader_epoch": epoch,
+                "replica_nodes": replicas,
+                "isr_nodes": replicas,
+                "offline_replicas": [],
+            }
+            for p in range(info.partitions)
+        ],
+    }
+
+
+def _missing_topic(name: str, error: ErrorCode) -> dict[str, Any]:
+    return {
+        "error_code": error,
+        "name": name,
+        "topic_id": _NO_TOPIC_ID,
+        "is_internal": False,
+        "partitions": [],
+    }
+
+
+async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
+    req, version = call.req, call.version
+    fsm = ctx.partitions
+    if req.topics is None or (version == 0 and not req.topics):
+        wanted: list[tuple[str, ErrorCode]] = [(n, ErrorCode.none) for n in sorted(fsm.topics())]
+    else:
+        allow = getattr(req, "allow_auto_topic_creation", True) and fsm.auto_create_topics
+        lead = ctx.leadership
+        ep = lead.forward_endpoint()
+        missing = [t.name for t in req.topics if t.name is not None and fsm.topic(t.name) is None]
+        if (
+            missing
+            and allow
+            and call.frame
+            and not lead.is_leader()
+            and ep is not None
+            and ep[0] != lead.node_id
+        ):
+            # Auto-creation goes through the log: let the leader answer (it creates).
+            try:
+                resp = await forward_frame(ep[1], ep[2], call.frame)
+                if ctx.advertised.forwarded_replies_usable:
+                    return answered(resp)
+                # Created by now; answer below with this listener's addresses.
+            except ForwardError as exc:
+                log.warning("kafka.forward metadata failed: %s", exc)
+        wanted = []
+        for t in req.topics:
+            name = t.name
+            if name is None:
+                wanted.append(("", ErrorCode.unknown_topic_id))
+            elif fsm.topic(name) is not None:
+                wanted.append((name, ErrorCode.none))
+            elif allow:
+                err, _ = await ctx.topics.ensure_topic(name)
+                wanted.append((name, err))
+            else:
+                wanted.append((name, ErrorCode.unknown_topic_or_partition))
+    body = {
+        "throttle_time": 0,
+        "brokers": _broker_list(ctx),
+        "cluster_id": ctx.leadership.cluster_id,
+        "controller_id": ctx.leader_id(),
+        "topics": [_topic_entry(ctx, n, err) for n, err in wanted],
+    }
+    return answered(encode_response(MetadataRequest.__api_key__, version, call.corr, body))
+
+
+def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes | None:
+    """Every requested topic with code, no brokers (Kafka's getErrorResponse)."""
+    if req is None or req.topics is None or (version == 0 and not req.topics):
+        return None  # "all topics" cannot be mirrored: an empty list would read as none exist
+    body = {
+        "throttle_time": 0,
+        "brokers": [],
+        "cluster_id": None,
+        "controller_id": -1,
+        "topics": [_missing_topic(t.name or "", code) for t in req.topics],
+    }
+    return encode_response(MetadataRequest.__api_key__, version, corr, body)
+
+
+API = Api(
+    MetadataRequest,
+    (0, 12),
+    handle,
+    error_response,
+    summary=(
+        "every node with its advertised address; leader = Raft leader; leader_epoch = "
+        "Raft term; topic_id stable for the topic's life; auto-creation"
+    ),
+)

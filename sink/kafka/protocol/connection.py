@@ -1,0 +1,303 @@
+"""One Kafka connection as a sans-I/O state machine (in h11's style).
+
+The driver (sink.kafka.connection, asyncio) feeds bytes in with receive_data()
+(b"" at EOF), takes events out with next_event(), and frames responses with
+send(). This machine owns everything that needs no socket:
+
+- the frame size check, done as soon as the 4-byte size is in (before the body
+  is buffered), against max_frame_bytes;
+- the header and version checks (an unsupported ApiVersions version is answered
+  with Kafka's v0 fallback; any other unsupported API or version closes, as Kafka
+  does), the bounds-checking pass (framecheck) and kio's parse;
+- the accounting of the ordered response queue: requests admitted and not yet
+  answered, and the produce bytes they hold (back-pressure reads has_room());
+- who the client is (client id, software name/version from ApiVersions v3+), for
+  log lines;
+- a closed set of reasons to close (CloseReason).
+
+SASL handshake state and ACL checks belong here: between the parse and the
+Request event (an unauthenticated client's requests other than ApiVersions and
+SaslHandshake/Authenticate would be refused here, testable without sockets).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from kio.index import load_request_schema
+from kio.schema.index import api_key_map
+from kio.serial import entity_reader
+
+from sink.kafka.protocol.errors import ErrorCode
+from sink.kafka.protocol.framecheck import (
+    FrameError,
+    NullError,
+    request_checker,
+    strip_unknown_tags,
+)
+
+_SIZE = struct.Struct(">i")
+_HEAD = struct.Struct(">hhi")
+MIN_FRAME = _HEAD.size + 2  # api key, version, correlation id, client id length
+
+
+class CloseReason(enum.Enum):
+    """Why a connection ends (the closed set; log lines name it)."""
+
+    EOF = "eof"
+    IDLE = "idle"
+    TRUNCATED = "truncated"
+    FRAME_TOO_LARGE = "frame too large"
+    FRAME_TOO_SHORT = "frame too short"
+    UNSUPPORTED_API = "unsupported api"
+    UNSUPPORTED_VERSION = "unsupported version"
+    MALFORMED = "malformed request"
+    NO_ERROR_ANSWER = "no error answer could be formed"
+    SHUTDOWN = "server shutdown"
+
+
+class NeedData(NamedTuple):
+    """Nothing complete buffered: feed more bytes."""
+
+
+NEED_DATA = NeedData()
+
+
+class Request(NamedTuple):
+    """A parsed request for its handler."""
+
+    api_key: int
+    version: int
+    corr: int
+    req: Any
+    frame: bytes
+
+
+class Answer(NamedTuple):
+    """A response the machine formed itself (the ApiVersions fallback,
+    INVALID_REQUEST for a forbidden null): send it in order, like any response."""
+
+    data: bytes
+    note: str
+
+
+class Close(NamedTuple):
+    reason: CloseReason
+    detail: str
+
+
+Event = NeedData | Request | Answer | Close
+
+
+def api_name(api_key: int) -> str:
+    return f"{api_key_map.get(api_key, 'unknown')}({api_key})"
+
+
+@functools.lru_cache(maxsize=512)
+def _readers(api_key: int, version: int) -> tuple[Callable, Callable]:
+    """kio's (header, body) readers for one request version (kio resolves the
+    schema module by name on every call; the cache takes that off each frame)."""
+    req_cls = load_request_schema(api_key, version)
+    return entity_reader(req_cls.__header_schema__), entity_reader(req_cls)
+
+
+# (version, corr, request or None, code) -> response bytes, or None if none can be formed
+ErrorAnswer = Callable[[int, int, Any, ErrorCode], Any]
+
+
+class ConnectionState:
+    """supported: API key -> (min, max) served. invalid_answer(api_key, version,
+    corr): that version's INVALID_REQUEST response without a request, or None.
+    fallback(corr): the ApiVersions v0 UNSUPPORTED_VERSION answer."""
+
+    def __init__(
+        self,
+        *,
+        max_frame_bytes: int,
+        supported: Mapping[int, tuple[int, int]],
+        api_versions_key: int,
+        invalid_answer: Callable[[int, int, int], bytes | None],
+        fallback: Callable[[int], bytes],
+    ) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self.supported = supported
+        self.api_versions_key = api_versions_key
+        self._invalid_answer = invalid_answer
+        self._fallback = fallback
+        # Unparsed input is self._data[self._pos:]. A chunk holding whole frames
+        # stays the bytes object the socket gave (each frame is one slice, one
+        # copy); only a frame split across chunks is accumulated in a bytearray.
+        self._data: bytes | bytearray = b""
+        self._pos = 0
+        self._eof = False
+        self.closed: Close | None = None
+        self.client_id: str | None = None
+        self.client_software: str | None = None
+        self.inflight = 0
+        self.pending_bytes = 0
+
+    # ------------------------------------------------------------ input
+
+    def receive_data(self, data: bytes) -> None:
+        """Bytes from the socket; b"" means the peer closed its side."""
+        if not data:
+            self._eof = True
+        elif self._pos >= len(self._data):
+            self._data, self._pos = data, 0
+        else:
+            if not isinstance(self._data, bytearray):
+                self._data = bytearray(memoryview(self._data)[self._pos :])
+                self._pos = 0
+            self._data += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._data) - self._pos
+
+    @property
+    def waiting_for(self) -> str:
+        """Between frames "size", inside one "body" (idleness is judged by it)."""
+        return "body" if self.buffered >= 4 else "size"
+
+    def next_event(self) -> Event:
+        if self.closed is not None:
+            return self.closed
+        avail = len(self._data) - self._pos
+        if avail < 4:
+            if self._eof:
+                return self._close(
+                    CloseReason.TRUNCATED if avail else CloseReason.EOF,
+                    "truncated frame size" if avail else "",
+                )
+            return NEED_DATA
+        data, pos = self._data, self._pos
+        (size,) = _SIZE.unpack_from(data, pos)
+        if size > self.max_frame_bytes:
+            return self._close(
+                CloseReason.FRAME_TOO_LARGE,
+                f"frame of {size} bytes exceeds max_frame_bytes={self.max_frame_bytes}",
+            )
+        if size < MIN_FRAME:
+            return self._close(
+                CloseReason.FRAME_TOO_SHORT,
+                f"frame of {size} bytes is too short for a request header",
+            )
+        if avail < 4 + size:
+            if self._eof:
+                return self._close(CloseReason.TRUNCATED, "truncated frame body")
+            return NEED_DATA
+        end = pos + 4 + size
+        if isinstance(data, bytes):
+            frame = data[pos + 4 : end]
+            self._pos = end
+        else:  # accumulated: copy the frame out, drop it from the front
+            with memoryview(data) as mv:
+                frame = bytes(mv[pos + 4 : end])
+            del data[:end]
+            self._pos = 0
+        if self._pos == len(self._data):
+            self._data, self._pos = b"", 0
+        return self._parse(frame)
+
+    def _parse(self, frame: bytes) -> Event:
+        api_key, version, corr = _HEAD.unpack_from(frame, 0)
+        if api_key == self.api_versions_key and not (0 <= version <= self.supported[api_key][1]):
+            # Kafka's fallback: UNSUPPORTED_VERSION in a v0 body listing our APIs.
+            return Answer(
+                self._fallback(corr),
+                f"unsupported version {version} of {api_name(api_key)} from {self.client()}: "
+                "answered with the v0 fallback",
+            )
+        rng = self.supported.get(api_key)
+        if rng is None:
+            return self._close(
+                CloseReason.UNSUPPORTED_API,
+                f"unsupported API {api_name(api_key)} from {self.client()}",
+            )
+        if not rng[0] <= version <= rng[1]:
+            # Kafka closes the connection (the client negotiated nothing, or ignored it).
+            return self._close(
+                CloseReason.UNSUPPORTED_VERSION,
+                f"unsupported version {version} of API {api_name(api_key)} (served "
+                f"v{rng[0]}-v{rng[1]}) from {self.client()}",
+            )
+        # No length from the wire reaches kio's native reader unchecked: it would
+        # allocate what the frame claims and abort the process on failure.
+        try:
+            shape = request_checker(api_key, version)(frame)
+        except NullError as exc:
+            # INVALID_REQUEST where the version's response can say so without the
+            # request (a top-level error code); else a protocol error, as Kafka's.
+            answer = self._invalid_answer(api_key, version, corr)
+            if answer is None:
+                return self._close(
+                    CloseReason.MALFORMED,
+                    f"malformed request ({api_name(api_key)} v{version}): {exc}",
+                )
+            return Answer(
+                answer,
+                f"invalid request ({api_name(api_key)} v{version}) from {self.client()}: {exc}",
+            )
+        except FrameError as exc:
+            return self._close(
+                CloseReason.MALFORMED, f"malformed request ({api_name(api_key)} v{version}): {exc}"
+            )
+        # KIP-482: unknown tagged fields are skipped (kio's reader refuses them).
+        parsed = strip_unknown_tags(frame, shape.edits) if shape.edits else frame
+        try:
+            read_header, read_body = _readers(api_key, version)
+            hdr, n = read_header(parsed, 0)
+            req, _m = read_body(parsed, n)
+        except Exception as exc:
+            return self._close(
+                CloseReason.MALFORMED,
+                f"malformed request ({api_name(api_key)} v{version}): {type(exc).__name__}: {exc}",
+            )
+        # Trailing bytes are tolerated, as kio's reader tolerates them.
+        self.client_id = hdr.client_id
+        if api_key == self.api_versions_key and version >= 3:
+            self.client_software = f"{req.client_software_name}/{req.client_software_version}"
+        return Request(api_key, version, corr, req, frame)
+
+    def _close(self, reason: CloseReason, detail: str) -> Close:
+        self.closed = Close(reason, detail)
+        return self.closed
+
+    def close(self, reason: CloseReason, detail: str = "") -> Close:
+        """The driver ends the connection (idle, shutdown, no error answer)."""
+        if self.closed is None:
+            self._close(reason, detail)
+        assert self.closed is not None
+        return self.closed
+
+    def client(self) -> str:
+        """The client as log lines name it: software name/version (ApiVersions v3+),
+        else the header's client id."""
+        if self.client_software:
+            return f"{self.client_software} (client_id={self.client_id!r})"
+        return f"client_id={self.client_id!r}"
+
+    # ------------------------------------------------------------ output
+
+    def admit(self, cost: int) -> None:
+        """A response is owed (cost: produce bytes it holds until written)."""
+        self.inflight += 1
+        self.pending_bytes += cost
+
+    def has_room(self, max_inflight: int, max_pending_bytes: int) -> bool:
+        return self.inflight < max_inflight and self.pending_bytes < max_pending_bytes
+
+    def send(self, data: bytes | list[bytes | memoryview] | None, cost: int) -> list:
+        """The owed response at the head of the queue is done: its wire parts
+        (size prefix first; [] for no response, acks=0)."""
+        self.inflight -= 1
+        self.pending_bytes -= cost
+        if data is None:
+            return []
+        if isinstance(data, list):
+            return [_SIZE.pack(sum(len(p) for p in data)), *data]
+        return [_SIZE.pack(len(data)) + data]

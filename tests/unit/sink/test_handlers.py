@@ -1,0 +1,207 @@
+"""Each API's handler against a real in-memory node (tests/unit/sink/memory_services.py):
+requests parsed by kio, responses decoded strictly with the version's schema."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader
+
+from sink.kafka.handlers import REGISTRY, SUPPORTED, Call
+from sink.state import commands
+from tests.unit.sink.batches import make_batch
+from tests.unit.sink.memory_services import MemoryNode
+from tests.unit.sink.requests import encode, request_values
+
+
+def call(node: MemoryNode, api_key: int, version: int, values: dict | None = None):
+    """One request through its handler -> the decoded response (None: no response)."""
+    frame = encode(api_key, version, values or request_values(api_key), corr=9)
+    cls = load_request_schema(api_key, version)
+    _h, n = entity_reader(cls.__header_schema__)(frame, 0)
+    req = entity_reader(cls)(frame, n)[0]
+
+    async def run():
+        fut = await REGISTRY[api_key].handle(node.context(), Call(version, 9, req, frame))
+        return await fut
+
+    data = asyncio.run(run())
+    if data is None:
+        return None
+    raw = b"".join(bytes(p) for p in data) if isinstance(data, list) else data
+    rcls = load_response_schema(api_key, version)
+    hdr, n = entity_reader(rcls.__header_schema__)(raw, 0)
+    body, m = entity_reader(rcls)(raw, n)
+    assert hdr.correlation_id == 9 and n + m == len(raw)
+    return body
+
+
+def produce_values(records: bytes, acks: int = -1, topic: str = "t") -> dict:
+    return request_values(0, records) | {
+        "acks": acks,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+    }
+
+
+def test_registry_is_keyed_by_kio_schemas_and_advertised():
+    for key, api in REGISTRY.items():
+        assert api.key == key == api.request.__api_key__
+        assert SUPPORTED[key] == api.versions
+        lo, hi = api.versions
+        for v in (lo, hi):
+            assert load_request_schema(key, v).__api_key__ == key
+
+
+def test_produce_then_fetch_and_list_offsets():
+    node = MemoryNode()
+    r = call(node, 0, 9, produce_values(make_batch([b"a", b"b"])))
+    part = r.responses[0].partition_responses[0]
+    assert (int(part.error_code), part.base_offset) == (0, 0)  # topic auto-created
+    r = call(node, 0, 9, produce_values(make_batch([b"c"])))
+    assert r.responses[0].partition_responses[0].base_offset == 2
+    f = call(node, 1, 12)  # partitions 0-3 of "t": only 0 exists
+    parts = {p.partition_index: p for p in f.responses[0].partitions}
+    assert int(parts[0].error_code) == 0 and parts[0].high_watermark == 3
+    assert len(parts[0].records) > 0
+    assert {int(parts[i].error_code) for i in (1, 2, 3)} == {3}  # UNKNOWN_TOPIC_OR_PARTITION
+    lo = call(node, 2, 8)
+    p = lo.topics[0].partitions[0]
+    assert (int(p.error_code), p.offset, p.leader_epoch) == (0, 3, 1)
+
+
+def test_produce_acks_0_gets_no_response():
+    node = MemoryNode()
+    assert call(node, 0, 9, produce_values(make_batch([b"x"]), acks=0)) is None
+    assert node.fsm.high_watermark("t", 0) == 1
+
+
+def test_produce_errors_per_partition():
+    node = MemoryNode()
+    bad = bytearray(make_batch([b"x"]))
+    bad[-1] ^= 1
+    r = call(node, 0, 9, produce_values(bytes(bad)))
+    assert int(r.responses[0].partition_responses[0].error_code) == 2  # CORRUPT_MESSAGE
+    r = call(node, 0, 9, produce_values(make_batch([b"x"]), acks=5))
+    assert int(r.responses[0].partition_responses[0].error_code) == 21  # INVALID_REQUIRED_ACKS
+
+
+def test_produce_on_a_follower_names_the_leader_kip_951():
+    node = MemoryNode(node_id=2, leader_id=1)
+    node.apply(commands.encode_create_topic("t", 1, uuid.uuid4()))
+    r = call(node, 0, 10, produce_values(make_batch([b"x"])))
+    part = r.responses[0].partition_responses[0]
+    assert int(part.error_code) == 6
+    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (1, 1)
+    assert [(e.node_id, e.port) for e in r.node_endpoints] == [(1, 9092)]
+
+
+def test_metadata_and_find_coordinator():
+    node = MemoryNode()
+    md = call(node, 3, 12)
+    (t,) = md.topics
+    assert (t.name, int(t.error_code), t.partitions[0].leader_id) == ("t", 0, 1)
+    assert t.topic_id != uuid.UUID(int=0) and md.controller_id == 1
+    assert {b.node_id for b in md.brokers} == {1, 2}
+    fc = call(node, 10, 4)
+    assert [(c.key, c.node_id, int(c.error_code)) for c in fc.coordinators] == [
+        ("g", 1, 0),
+        ("h", 1, 0),
+    ]
+    fc = call(MemoryNode(leader_id=-1), 10, 2)
+    assert int(fc.error_code) == 15  # COORDINATOR_NOT_AVAILABLE
+
+
+def test_metadata_without_auto_create():
+    md = call(MemoryNode(auto_create_topics=False), 3, 9)
+    assert [(t.name, int(t.error_code)) for t in md.topics] == [("t", 3)]
+
+
+@pytest.mark.parametrize("version", [2, 5, 7])
+def test_create_topics_on_leader_and_follower(version):
+    lead = MemoryNode()
+    ok = call(lead, 19, version).topics[0]
+    assert (ok.name, int(ok.error_code)) == ("t", 0)
+    assert lead.fsm.topic("t").partitions == 2
+    again = call(lead, 19, version).topics[0]
+    assert int(again.error_code) == 36  # TOPIC_ALREADY_EXISTS
+    follower = call(MemoryNode(node_id=2, leader_id=1), 19, version).topics[0]
+    assert int(follower.error_code) == 41  # NOT_CONTROLLER
+    if version >= 7:
+        assert ok.topic_id is not None and follower.topic_id is None  # kio: zero UUID = None
+
+
+def test_init_producer_id_and_offsets():
+    node = MemoryNode()
+    r = call(node, 22, 4)
+    assert (int(r.error_code), r.producer_id, r.producer_epoch) == (0, 1000, 0)
+    assert call(node, 22, 4).producer_id == 1001
+    oc = call(node, 8, 8)
+    assert int(oc.topics[0].partitions[0].error_code) == 0
+    of = call(node, 9, 7)
+    got = {p.partition_index: p.committed_offset for p in of.topics[0].partitions}
+    assert got == {0: 5, 1: -1}
+    all_of = call(node, 9, 7, request_values(9) | {"topics": None})
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in all_of.topics] == [
+        ("t", [0])
+    ]
+    follower = MemoryNode(node_id=2, leader_id=1)
+    assert int(call(follower, 8, 8).topics[0].partitions[0].error_code) == 16
+    assert int(call(follower, 22, 4).error_code) == 16  # NOT_COORDINATOR
+
+
+def test_api_versions_lists_the_registry():
+    r = call(MemoryNode(), 18, 3)
+    assert {k.api_key: (k.min_version, k.max_version) for k in r.api_keys} == dict(SUPPORTED)
+
+
+def _fetch_by_id(topic_id: uuid.UUID) -> dict:
+    values = request_values(1) | {"max_wait": 0}
+    values["topics"] = [values["topics"][0] | {"topic_id": topic_id}]
+    return values
+
+
+@pytest.mark.parametrize("version", [13, 14, 15, 16])
+def test_fetch_by_topic_id(version):
+    """KIP-516: v13+ name topics by id; an unknown id is UNKNOWN_TOPIC_ID."""
+    node = MemoryNode()
+    call(node, 0, 9, produce_values(make_batch([b"a", b"b"])))
+    tid = node.fsm.topic("t").topic_id
+    (t,) = call(node, 1, version, _fetch_by_id(tid)).responses
+    assert t.topic_id == tid
+    p0 = t.partitions[0]
+    assert (int(p0.error_code), p0.high_watermark) == (0, 2) and p0.records
+    (u,) = call(node, 1, version, _fetch_by_id(uuid.UUID(int=99))).responses
+    assert u.topic_id == uuid.UUID(int=99)
+    assert {int(p.error_code) for p in u.partitions} == {100}  # UNKNOWN_TOPIC_ID
+
+
+def test_fetch_v16_from_a_new_leader_names_the_leader_kip_951():
+    """A partition sent away (NOT_LEADER_OR_FOLLOWER) carries the leader and its epoch,
+    and the response the leader's endpoint; before v16 neither is written."""
+    node = MemoryNode(node_id=1, leader_id=1, term=4)
+    call(node, 0, 9, produce_values(make_batch([b"a"])))
+    node.ready = False  # a new leader whose own-term entry is not applied yet
+    tid = node.fsm.topic("t").topic_id
+    r = call(node, 1, 16, _fetch_by_id(tid))
+    p0 = r.responses[0].partitions[0]
+    assert int(p0.error_code) == 6
+    assert (p0.current_leader.leader_id, p0.current_leader.leader_epoch) == (1, 4)
+    assert [(e.node_id, e.host, e.port) for e in r.node_endpoints] == [(1, "127.0.0.1", 9092)]
+    r15 = call(node, 1, 15, _fetch_by_id(tid))
+    assert r15.responses[0].partitions[0].current_leader.leader_id == -1
+    assert not hasattr(r15, "node_endpoints")  # v15 has no such field
+
+
+@pytest.mark.parametrize("version", [8, 9])
+def test_offset_commit_v9_and_offset_fetch_v8_v9_groups(version):
+    node = MemoryNode()
+    assert int(call(node, 8, 9).topics[0].partitions[0].error_code) == 0
+    r = call(node, 9, version)
+    (g,) = r.groups
+    assert (g.group_id, int(g.error_code)) == ("g", 0)
+    assert [(p.partition_index, p.committed_offset) for p in g.topics[0].partitions] == [(0, 5)]
+    follower = call(MemoryNode(node_id=2, leader_id=1), 9, version)
+    assert int(follower.groups[0].error_code) == 16  # NOT_COORDINATOR
