@@ -139,6 +139,9 @@ def test_init_producer_id_and_offsets():
     assert (int(r.error_code), r.producer_id, r.producer_epoch) == (0, 1000, 0)
     assert call(node, 22, 4).producer_id == 1001
     oc = call(node, 8, 8)
+    assert int(oc.topics[0].partitions[0].error_code) == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    node.apply(commands.encode_create_topic("t", 1, uuid.uuid4()))
+    oc = call(node, 8, 8)
     assert int(oc.topics[0].partitions[0].error_code) == 0
     of = call(node, 9, 7)
     got = {p.partition_index: p.committed_offset for p in of.topics[0].partitions}
@@ -198,6 +201,7 @@ def test_fetch_v16_from_a_new_leader_names_the_leader_kip_951():
 @pytest.mark.parametrize("version", [8, 9])
 def test_offset_commit_v9_and_offset_fetch_v8_v9_groups(version):
     node = MemoryNode()
+    node.apply(commands.encode_create_topic("t", 1, uuid.uuid4()))
     assert int(call(node, 8, 9).topics[0].partitions[0].error_code) == 0
     r = call(node, 9, version)
     (g,) = r.groups
