@@ -22,12 +22,32 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     return later(_create(ctx, call))
 
 
+def _invalid_counts(t: Any, brokers: int) -> tuple[ErrorCode, str] | None:
+    """Kafka's answer to impossible counts: -1 is "the broker default" (the protocol names
+    it from v4; Kafka's controller takes it at every version), 0 and below -1 are refused,
+    as is a replication factor above the number of brokers (every node holds every topic)."""
+    if t.num_partitions == 0 or t.num_partitions < -1:
+        return ErrorCode.invalid_partitions, f"num_partitions {t.num_partitions} must be > 0"
+    rf = t.replication_factor
+    if rf == 0 or rf < -1:
+        return ErrorCode.invalid_replication_factor, f"replication_factor {rf} must be > 0"
+    if rf > brokers:
+        return (
+            ErrorCode.invalid_replication_factor,
+            f"replication_factor {rf} is larger than the {brokers} brokers",
+        )
+    return None
+
+
 async def _create(ctx: HandlerContext, call: Call) -> bytes:
     out = []
     for t in call.req.topics:
         n = t.num_partitions if t.num_partitions > 0 else ctx.partitions.default_partitions
+        invalid = _invalid_counts(t, len(ctx.brokers))
         if not ctx.leadership.is_leader():
             err, msg, info = ErrorCode.not_controller, "not the controller (Raft leader)", None
+        elif invalid is not None:
+            (err, msg), info = invalid, None
         elif call.req.validate_only:
             exists = ctx.partitions.topic(t.name) is not None
             err = ErrorCode.topic_already_exists if exists else ErrorCode.none
@@ -42,8 +62,8 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
                 "topic_id": info.topic_id if info is not None else _NO_TOPIC_ID,
                 "error_code": err,
                 "error_message": msg,
-                "num_partitions": info.partitions if info else n,
-                "replication_factor": len(ctx.brokers),
+                "num_partitions": info.partitions if info else (-1 if invalid else n),
+                "replication_factor": -1 if invalid else len(ctx.brokers),
                 "configs": [],
             }
         )

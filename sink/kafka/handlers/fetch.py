@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from typing import Any
 
 from kio.schema.fetch.v16.request import FetchRequest
@@ -23,6 +24,15 @@ from sink.kafka.handlers.api import Api, Call, Response, later
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.encoders import FetchPartition, encode_fetch
 from sink.kafka.protocol.errors import ErrorCode, OffsetOutOfRange
+from sink.kafka.protocol.records import ZSTD, ZSTD_MIN_FETCH, compression_of
+
+# kio reads the all-zero topic id as None; the answer names the id as sent.
+_ZERO_TOPIC_ID = uuid.UUID(int=0)
+
+
+def _topic_key(ft: Any) -> uuid.UUID:
+    """A v13+ request topic's id as the answer names it (never None)."""
+    return ft.topic_id if ft.topic_id is not None else _ZERO_TOPIC_ID
 
 
 def _serving_error(ctx: HandlerContext) -> ErrorCode:
@@ -70,8 +80,9 @@ def _collect(ctx: HandlerContext, req: Any, version: int) -> tuple[list, int, bo
     for ft in req.topics:
         parts: list[FetchPartition] = []
         if version >= 13:  # by topic id (KIP-516)
-            info = fsm.topic_by_id(ft.topic_id)
-            topics.append((ft.topic_id, parts))
+            # The zero id (None as kio reads it) names no topic: UNKNOWN_TOPIC_ID.
+            info = None if ft.topic_id is None else fsm.topic_by_id(ft.topic_id)
+            topics.append((_topic_key(ft), parts))
             if info is None:
                 for fp in ft.partitions:
                     parts.append(
@@ -119,6 +130,15 @@ def _collect(ctx: HandlerContext, req: Any, version: int) -> tuple[list, int, bo
                     parts.append(
                         FetchPartition(idx, ErrorCode.offset_out_of_range, hw, start, (), 0)
                     )
+                    any_error = True
+                    continue
+                if version < ZSTD_MIN_FETCH and any(
+                    compression_of(r) == ZSTD for _, _, r in batches
+                ):
+                    # KIP-110: a client fetching below v10 cannot read zstd; Kafka answers
+                    # the partition with UNSUPPORTED_COMPRESSION_TYPE instead of the data.
+                    err = ErrorCode.unsupported_compression_type
+                    parts.append(FetchPartition(idx, err, -1, -1, (), 0))
                     any_error = True
                     continue
                 for _base, prefix, rest in batches:
@@ -187,7 +207,7 @@ def error_response(
         return encode_fetch(version, corr, [], error=code) if version >= 7 else None
     topics = [
         (
-            ft.topic_id if version >= 13 else ft.topic,
+            _topic_key(ft) if version >= 13 else ft.topic,
             [FetchPartition(fp.partition, code, -1, -1, (), 0) for fp in ft.partitions],
         )
         for ft in req.topics

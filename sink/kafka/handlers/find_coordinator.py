@@ -13,10 +13,16 @@ from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
 
+# Coordinator key types: 0 = consumer group, 1 = transaction (v1+). Kafka answers any
+# other with INVALID_REQUEST.
+_KEY_TYPES = (0, 1)
+
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     ep = ctx.leader_endpoint()
-    if ep is None:
+    if getattr(call.req, "key_type", 0) not in _KEY_TYPES:
+        answer: tuple[ErrorCode, int, str, int] = (ErrorCode.invalid_request, -1, "", -1)
+    elif ep is None:
         answer = (ErrorCode.coordinator_not_available, -1, "", -1)
     else:
         answer = (ErrorCode.none, *ep)

@@ -17,11 +17,19 @@ from sink.kafka.protocol.errors import ErrorCode
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     req = call.req
-    leader = ctx.leadership.is_leader()
-    err = ErrorCode.none if leader else ErrorCode.not_coordinator
+    if not ctx.leadership.is_leader():
+        return answered(error_response(call.version, call.corr, req, ErrorCode.not_coordinator))
+    fsm = ctx.partitions
+    topics = []
     for t in req.topics:
+        parts = []
         for p in t.partitions:
-            if leader:
+            # Kafka refuses offsets of partitions it does not host (an unknown topic, or an
+            # index past the topic's count): nothing is stored for them.
+            if not fsm.has_partition(t.name, p.partition_index):
+                err = ErrorCode.unknown_topic_or_partition
+            else:
+                err = ErrorCode.none
                 ctx.offsets.commit_offset(
                     req.group_id,
                     t.name,
@@ -29,7 +37,14 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
                     p.committed_offset,
                     p.committed_metadata,
                 )
-    return answered(error_response(call.version, call.corr, req, err))
+            parts.append({"partition_index": p.partition_index, "error_code": err})
+        topics.append({"name": t.name, "partitions": parts})
+    return answered(_encode(call.version, call.corr, topics))
+
+
+def _encode(version: int, corr: int, topics: list) -> bytes:
+    body = {"throttle_time": 0, "topics": topics}
+    return encode_response(OffsetCommitRequest.__api_key__, version, corr, body)
 
 
 def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes | None:
@@ -45,8 +60,7 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes 
         }
         for t in req.topics
     ]
-    body = {"throttle_time": 0, "topics": topics}
-    return encode_response(OffsetCommitRequest.__api_key__, version, corr, body)
+    return _encode(version, corr, topics)
 
 
 API = Api(

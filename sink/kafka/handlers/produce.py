@@ -17,7 +17,7 @@ from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext, ProduceOutcome
 from sink.kafka.protocol.encoders import ProducePartition, encode_produce
 from sink.kafka.protocol.errors import ErrorCode
-from sink.kafka.protocol.records import BatchError, parse_batches
+from sink.kafka.protocol.records import ZSTD, ZSTD_MIN_PRODUCE, BatchError, parse_batches
 
 # Per partition: a final outcome now, or a future of one (a proposal).
 _Pending = list[tuple[str, list[tuple[int, "asyncio.Future | ErrorCode"]]]]
@@ -55,6 +55,10 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
                 batches = parse_batches(records)
             except BatchError as exc:
                 parts.append((pd.index, exc.error_code))
+                continue
+            if call.version < ZSTD_MIN_PRODUCE and any(b.compression == ZSTD for b in batches):
+                # KIP-110: zstd needs Produce v7; Kafka refuses it from older clients.
+                parts.append((pd.index, ErrorCode.unsupported_compression_type))
                 continue
             parts.append((pd.index, ctx.producing.produce(name, pd.index, records, batches)))
     if acks == 0:

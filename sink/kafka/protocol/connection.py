@@ -43,6 +43,22 @@ from sink.kafka.protocol.framecheck import (
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
 MIN_FRAME = _HEAD.size + 2  # api key, version, correlation id, client id length
+_I16 = struct.Struct(">h")
+_MAX_LOGGED_CLIENT_ID = 256  # characters of a client id a log line shows
+
+
+def raw_client_id(frame: bytes) -> str | None:
+    """The client id of a request header v1+ (api_key, version, correlation_id, then a
+    nullable int16-length string), read from the raw frame without its schema, so that
+    a request refused for its version still names its client. None when null or when
+    the length runs past the frame (bounds-checked: never trusts the length)."""
+    if len(frame) < MIN_FRAME:
+        return None
+    (n,) = _I16.unpack_from(frame, _HEAD.size)
+    start = _HEAD.size + 2
+    if n < 0 or start + n > len(frame):
+        return None
+    return frame[start : start + min(n, _MAX_LOGGED_CLIENT_ID)].decode("utf-8", "replace")
 
 
 class CloseReason(enum.Enum):
@@ -205,6 +221,8 @@ class ConnectionState:
 
     def _parse(self, frame: bytes) -> Event:
         api_key, version, corr = _HEAD.unpack_from(frame, 0)
+        if self.client_id is None:  # the first request: name the client in any refusal
+            self.client_id = raw_client_id(frame)
         if api_key == self.api_versions_key and not (0 <= version <= self.supported[api_key][1]):
             # Kafka's fallback: UNSUPPORTED_VERSION in a v0 body listing our APIs.
             return Answer(

@@ -30,6 +30,12 @@ _MAX_SEQ = 1 << 31
 # keyLength, valueLength and header count, one byte each.
 MIN_RECORD_SIZE = 7
 
+ZSTD = 4  # attributes & 7 of a zstd-compressed batch
+ZSTD_MIN_PRODUCE = 7  # KIP-110: the first Produce version that may carry zstd batches
+ZSTD_MIN_FETCH = 10  # KIP-110: the first Fetch version that may answer with zstd batches
+_ATTRIBUTES = struct.Struct(">h")
+_ATTRIBUTES_AT = 21  # byte position of attributes in a batch
+
 CORRUPT_MESSAGE = ErrorCode.corrupt_message
 INVALID_RECORD = ErrorCode.invalid_record
 
@@ -147,6 +153,12 @@ def patched_prefix(batch: bytes | memoryview, base_offset: int, leader_epoch: in
 def patch(batch: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:
     """A copy of batch as served: baseOffset/partitionLeaderEpoch set, CRC untouched."""
     return patched_prefix(batch, base_offset, leader_epoch) + bytes(batch[16:])
+
+
+def compression_of(batch_from_16: bytes | memoryview) -> int:
+    """The codec (attributes & 7) of a stored batch, given its bytes from position 16 on
+    (the part a Fetch serves unpatched)."""
+    return _ATTRIBUTES.unpack_from(batch_from_16, _ATTRIBUTES_AT - 16)[0] & 7
 
 
 def record_count(batch: bytes | memoryview) -> int:

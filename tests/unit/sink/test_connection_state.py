@@ -12,6 +12,7 @@ from sink.kafka.protocol.connection import (
     CloseReason,
     ConnectionState,
     Request,
+    raw_client_id,
 )
 from tests.unit.sink.killer_frames import metadata_v12
 from tests.unit.sink.requests import encode, request_values, valid_request
@@ -80,6 +81,29 @@ def test_unsupported_versions_and_apis():
     st = state()
     st.receive_data(sized(struct.pack(">hhih", 999, 0, 4, 1) + b"x"))
     assert st.next_event().reason is CloseReason.UNSUPPORTED_API
+
+
+def test_refusal_of_a_first_request_names_its_client():
+    """The client id is read from the raw header before the version check (Sarama's
+    retries open a new connection with a refused version first)."""
+    st = state()
+    st.receive_data(sized(struct.pack(">hhih", 1, 99, 4, 6) + b"sarama"))
+    ev = st.next_event()
+    assert ev.reason is CloseReason.UNSUPPORTED_VERSION and "client_id='sarama'" in ev.detail
+    st = state()
+    st.receive_data(sized(struct.pack(">hhih", 999, 0, 4, -1)))
+    ev = st.next_event()
+    assert ev.reason is CloseReason.UNSUPPORTED_API and "client_id=None" in ev.detail
+
+
+def test_raw_client_id_is_bounds_checked():
+    head = struct.pack(">hhi", 1, 99, 4)
+    assert raw_client_id(head + struct.pack(">h", 3) + b"abc") == "abc"
+    assert raw_client_id(head + struct.pack(">h", -1)) is None
+    assert raw_client_id(head + struct.pack(">h", 40) + b"short") is None  # past the frame
+    assert raw_client_id(head + struct.pack(">h", 2) + b"\xff\xfe") == "\ufffd\ufffd"
+    assert raw_client_id(head[:5]) is None
+    assert len(raw_client_id(head + struct.pack(">h", 1000) + b"x" * 1000) or "") == 256
 
 
 def test_impossible_length_and_forbidden_null():

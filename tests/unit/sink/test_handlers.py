@@ -139,6 +139,9 @@ def test_init_producer_id_and_offsets():
     assert (int(r.error_code), r.producer_id, r.producer_epoch) == (0, 1000, 0)
     assert call(node, 22, 4).producer_id == 1001
     oc = call(node, 8, 8)
+    assert int(oc.topics[0].partitions[0].error_code) == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    node.apply(commands.encode_create_topic("t", 1, uuid.uuid4()))
+    oc = call(node, 8, 8)
     assert int(oc.topics[0].partitions[0].error_code) == 0
     of = call(node, 9, 7)
     got = {p.partition_index: p.committed_offset for p in of.topics[0].partitions}
@@ -198,6 +201,7 @@ def test_fetch_v16_from_a_new_leader_names_the_leader_kip_951():
 @pytest.mark.parametrize("version", [8, 9])
 def test_offset_commit_v9_and_offset_fetch_v8_v9_groups(version):
     node = MemoryNode()
+    node.apply(commands.encode_create_topic("t", 1, uuid.uuid4()))
     assert int(call(node, 8, 9).topics[0].partitions[0].error_code) == 0
     r = call(node, 9, version)
     (g,) = r.groups
@@ -205,3 +209,60 @@ def test_offset_commit_v9_and_offset_fetch_v8_v9_groups(version):
     assert [(p.partition_index, p.committed_offset) for p in g.topics[0].partitions] == [(0, 5)]
     follower = call(MemoryNode(node_id=2, leader_id=1), 9, version)
     assert int(follower.groups[0].error_code) == 16  # NOT_COORDINATOR
+
+
+@pytest.mark.parametrize("version", [13, 16])
+def test_fetch_of_the_zero_topic_id_is_unknown(version):
+    """kio reads the all-zero id as None: the answer is UNKNOWN_TOPIC_ID, not a crash."""
+    node = MemoryNode()
+    call(node, 0, 9, produce_values(make_batch([b"a"])))
+    (u,) = call(node, 1, version, _fetch_by_id(uuid.UUID(int=0))).responses
+    assert u.topic_id is None  # the zero id, read back by kio
+    assert {int(p.error_code) for p in u.partitions} == {100}
+
+
+def test_find_coordinator_refuses_unknown_key_types():
+    node = MemoryNode()
+    for version in (1, 3):
+        r = call(node, 10, version, request_values(10) | {"key_type": 7})
+        assert (int(r.error_code), r.node_id) == (42, -1)  # INVALID_REQUEST
+        assert int(call(node, 10, version).error_code) == 0
+    r = call(node, 10, 4, request_values(10) | {"key_type": 7})
+    assert {int(c.error_code) for c in r.coordinators} == {42}
+
+
+@pytest.mark.parametrize(
+    ("num_partitions", "replication_factor", "code"),
+    [(0, -1, 37), (-2, -1, 37), (1, 0, 38), (1, -3, 38), (1, 99, 38), (-1, 1, 0)],
+)
+def test_create_topics_refuses_impossible_counts(num_partitions, replication_factor, code):
+    """INVALID_PARTITIONS (37) / INVALID_REPLICATION_FACTOR (38; more replicas than brokers); -1 is
+    the broker default; nothing is created on a refusal."""
+    node = MemoryNode()
+    values = request_values(19)
+    values["topics"] = [
+        values["topics"][0]
+        | {"num_partitions": num_partitions, "replication_factor": replication_factor}
+    ]
+    (t,) = call(node, 19, 5, values).topics
+    assert int(t.error_code) == code
+    assert (node.fsm.topic("t") is not None) == (code == 0)
+    if code:
+        assert (t.num_partitions, t.replication_factor) == (-1, -1)
+
+
+def test_zstd_needs_produce_v7_and_fetch_v10():
+    """KIP-110: UNSUPPORTED_COMPRESSION_TYPE (76) for zstd below Produce v7 / Fetch v10."""
+    node = MemoryNode()
+    zstd = make_batch([b"z"], attributes=4)
+    r = call(node, 0, 6, produce_values(zstd))
+    assert int(r.responses[0].partition_responses[0].error_code) == 76
+    assert node.fsm.high_watermark("t", 0) == 0  # nothing appended
+    r = call(node, 0, 7, produce_values(zstd))
+    assert int(r.responses[0].partition_responses[0].error_code) == 0
+    fetch = request_values(1) | {"max_wait": 0}
+    fetch["topics"] = [fetch["topics"][0] | {"partitions": [fetch["topics"][0]["partitions"][0]]}]
+    old = call(node, 1, 9, fetch).responses[0].partitions[0]
+    assert (int(old.error_code), old.records) == (76, b"")
+    new = call(node, 1, 10, fetch).responses[0].partitions[0]
+    assert int(new.error_code) == 0 and new.records
