@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from kio.index import load_request_schema
 
-from sink.local_cluster import LocalSinkCluster
+from sink.process_cluster import SinkProcessCluster
 from tests.helpers.kafka_schema import WireError, decode_response, encode_request, frame
 from tests.helpers.kafka_values import Context, valid_request
 
@@ -135,7 +135,7 @@ def call(conn: Conn, entity: object, corr: int) -> tuple[object, object]:
 LOG_PROBLEM = re.compile(r"Traceback|internal_error|Fatal Python error|panicked|memory allocation")
 
 
-def log_problems(cluster: LocalSinkCluster) -> dict[int, list[str]]:
+def log_problems(cluster: SinkProcessCluster) -> dict[int, list[str]]:
     """Lines in each node's log that show a crash or an unexpected exception."""
     out: dict[int, list[str]] = {}
     for i, n in cluster.nodes.items():
@@ -150,11 +150,11 @@ def log_problems(cluster: LocalSinkCluster) -> dict[int, list[str]]:
     return out
 
 
-def log_sizes(cluster: LocalSinkCluster) -> dict[int, int]:
+def log_sizes(cluster: SinkProcessCluster) -> dict[int, int]:
     return {i: os.path.getsize(n.log_path) for i, n in cluster.nodes.items()}
 
 
-def new_problems(cluster: LocalSinkCluster, since: dict[int, int]) -> dict[int, str]:
+def new_problems(cluster: SinkProcessCluster, since: dict[int, int]) -> dict[int, str]:
     """What each node logged after `since` (from log_sizes), for the nodes whose
     new log shows a problem (at most the first 4 MB of it)."""
     out = {}
@@ -171,7 +171,7 @@ def new_problems(cluster: LocalSinkCluster, since: dict[int, int]) -> dict[int, 
 class Harness:
     """A running cluster plus what the tests refer to."""
 
-    cluster: LocalSinkCluster
+    cluster: SinkProcessCluster
     leader: int
     followers: list[int]
     ctx: Context
@@ -227,12 +227,12 @@ def topic_id(port: int, topic: str) -> uuid.UUID:
 
 @contextmanager
 def running_cluster(base: str, topics: tuple[str, ...] = ("harness",)) -> Iterator[Harness]:
-    """A 3-node LocalSinkCluster (no auto-created topics, 1 MiB frames) with `topics`.
+    """A 3-node SinkProcessCluster (no auto-created topics, 1 MiB frames) with `topics`.
 
     The election timeout is 50 ticks (1.5-3 s) instead of 10: the tests expect
     one leader throughout, and a 2-core machine under fuzzing load can stall a
     node long enough for a 0.3 s timeout to start an election."""
-    cluster = LocalSinkCluster(
+    cluster = SinkProcessCluster(
         base,
         3,
         extra_args=[

@@ -1,4 +1,4 @@
-"""A LocalSinkCluster (real `raftsink serve` processes) whose Kafka traffic all passes
+"""A SinkProcessCluster (real `raftsink serve` processes) whose Kafka traffic all passes
 through a KafkaRecorder.
 
 Each node advertises its proxy port (its `--peers` Kafka address, so Metadata hands clients
@@ -17,8 +17,8 @@ import struct
 from kio.index import load_response_schema
 from kio.serial import entity_reader
 
-from raftlog.local_cluster import free_ports
-from sink.local_cluster import LocalSinkCluster
+from raftlog.process_cluster import free_ports
+from sink.process_cluster import SinkProcessCluster
 from tests.helpers.kafka_recorder import KafkaRecorder
 
 
@@ -26,7 +26,7 @@ def _port(addr: str) -> int:
     return int(addr.rpartition(":")[2])
 
 
-class RecordedSinkCluster(LocalSinkCluster):
+class RecordedSinkCluster(SinkProcessCluster):
     def __init__(self, base_dir: str, n: int = 3, **kw) -> None:
         super().__init__(base_dir, n=n, **kw)
         advertised = {_port(p.kafka) for p in self.peers.values()}
@@ -38,7 +38,7 @@ class RecordedSinkCluster(LocalSinkCluster):
             {i: (_port(p.kafka), self.hidden_kafka[i]) for i, p in self.peers.items()}
         )
 
-    def _node_env(self, node_id: int) -> dict[str, str]:
+    def env_for(self, node_id: int) -> dict[str, str]:
         return {**os.environ, "RAFTSINK_KAFKA_LISTEN": f"127.0.0.1:{self.hidden_kafka[node_id]}"}
 
     def start_all(self, timeout: float = 60.0) -> int:

@@ -1,7 +1,7 @@
 """Version windows against clients that do not negotiate per API (issue 19).
 
 Real clients, run as their own processes, against a real 3-node cluster of `raftsink serve`
-processes (LocalSinkCluster) whose Kafka traffic passes through a recording proxy
+processes (SinkProcessCluster) whose Kafka traffic passes through a recording proxy
 (tests/helpers/recorded_cluster.py), so each test knows exactly which (API, version) the
 client sent and what the server answered:
 - Sarama 1.22.1 (Debian, built offline) at its default Config.Version (V0_8_2_0) and at the
