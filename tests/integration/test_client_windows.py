@@ -221,6 +221,15 @@ def unsupported_sent(run: Run, served: dict[int, tuple[int, int]]) -> list[str]:
     return sorted(set(out))
 
 
+def assert_closed_below_window(run: Run, served: dict[int, tuple[int, int]], sent: str) -> None:
+    """The operation failed only because the server closed, as Kafka 4.0 does (KIP-896), a
+    request at a version below its window: `sent` ("API vN") was sent and not answered.
+    Kafka 3.7 still serves these versions; raftsink does not yet (kio has no schemas for
+    them): the open remainder of issue 19. When they are served, these tests assert success."""
+    assert not run.ok, "succeeded: the old version is served now; assert the records instead"
+    assert sent in unsupported_sent(run, served), run.why()
+
+
 def assert_refused_by_client(run: Run, api: str, message: str) -> None:
     """The client itself declined the operation at its configured version: it failed with
     its own message and never sent the request (no broker could make it succeed)."""
@@ -347,6 +356,9 @@ def test_sarama_produce(cluster, served, sarama, version, op):
         # Sarama's config check: "Idempotent producer requires Version >= V0_11_0_0".
         assert_refused_by_client(run, "InitProducerId", "Idempotent producer requires Version")
         return
+    if version == "default":  # Sarama 1.22 at V0_8_2_0 produces with Produce v0
+        assert_closed_below_window(run, served, "Produce v0")
+        return
     assert run.ok, run.why()
     sent = _expected(topic)
     reported = decoded(run.result["records"])
@@ -359,6 +371,9 @@ def test_sarama_consume(cluster, served, seeded, sarama, version):
     topic, recs = seeded
     run = run_sarama(cluster, sarama, version, "consume", topic)
     check_window_contract(run, served)
+    if version == "default":  # V0_8_2_0 asks for offsets with ListOffsets v0
+        assert_closed_below_window(run, served, "ListOffsets v0")
+        return
     assert run.ok, run.why()
     check_records(decoded(run.result["records"]), recs)
 
@@ -374,6 +389,9 @@ def test_sarama_offset_commit(cluster, served, seeded, sarama, op):
     # a healthy commit takes well under a second; Sarama retries a refused one for ever
     run = run_sarama(cluster, sarama, "newest", op, topic, n=7, timeout="10s")
     check_window_contract(run, served)
+    if op == "commit":  # OffsetCommit v1, whatever the Config.Version
+        assert_closed_below_window(run, served, "OffsetCommit v1")
+        return
     assert run.ok, run.why()
     assert run.result["committed"] == 7
 
