@@ -77,6 +77,11 @@ class NodeCollector(Collector):
             "Invalid Raft batches rejected",
             ts.rejected_batches,
         )
+        yield counter(
+            "raftsink_transport_unknown_group_messages",
+            "Raft messages dropped because their group is not hosted here",
+            ts.unknown_group_messages,
+        )
         for name, value in (self.extra() if self.extra else {}).items():
             yield counter(f"raftsink_{name}", name.replace("_", " "), value)
 

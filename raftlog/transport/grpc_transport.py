@@ -58,7 +58,9 @@ class TransportOptions:
     max_batch_bytes: int = 8 * 1024 * 1024
     """A sender stops adding messages to one batch past this many entry bytes."""
     queue_max_messages: int = 65536
-    """Per-peer send queue bound; messages beyond it are dropped (Raft resends)."""
+    """Bound of each per-peer send lane (control: votes, heartbeats, responses; data: appends,
+    snapshot chunks; the data lane is also bounded by max_message_bytes); messages beyond it are
+    dropped (Raft resends)."""
     backoff_initial_s: float = 0.05
     """First reconnect delay after a failed send to a peer; doubles per failure."""
     backoff_max_s: float = 1.0

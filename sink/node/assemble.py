@@ -169,6 +169,8 @@ class SinkNode:
         return {
             "kafka_connections": len(kafka.connections),
             "kafka_rejected_connections": kafka.rejected_connections,
+            # requests answered UNKNOWN_SERVER_ERROR because a handler raised (a bug: see the log)
+            "kafka_handler_errors": kafka.handler_errors,
             "produce_inflight_duplicates": svc.inflight_duplicates,
             "produce_committed_duplicates": svc.committed_duplicates,
         }

@@ -86,7 +86,13 @@ def test_serve_takes_each_setting_from_file_env_and_flags(tmp_path):
             assert closed
         # file: the node's /metrics listener is up.
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as resp:
-            assert b"raftsink_raft_term" in resp.read()
+            body = resp.read()
+        for name in (
+            b"raftsink_raft_term",
+            b"raftsink_kafka_handler_errors",  # a handler that raised: a bug, counted
+            b"raftsink_transport_unknown_group_messages",  # messages for groups not hosted
+        ):
+            assert name in body, name
     finally:
         proc.terminate()
         proc.wait(timeout=20)
