@@ -29,23 +29,7 @@ from tests.helpers.kafka_harness import (
     probe,
 )
 from tests.helpers.kafka_schema import WireError, decode_response
-
-API_NAMES = {
-    0: "Produce",
-    1: "Fetch",
-    2: "ListOffsets",
-    3: "Metadata",
-    8: "OffsetCommit",
-    9: "OffsetFetch",
-    10: "FindCoordinator",
-    11: "JoinGroup",
-    12: "Heartbeat",
-    13: "LeaveGroup",
-    14: "SyncGroup",
-    18: "ApiVersions",
-    19: "CreateTopics",
-    22: "InitProducerId",
-}
+from tests.helpers.kafka_wire import API_NAMES
 
 # Error codes, by name, for the tables below.
 NONE = 0

@@ -30,29 +30,7 @@ from dataclasses import dataclass, field
 from kio.index import load_response_schema
 from kio.serial import entity_reader
 
-API_NAMES = {
-    0: "Produce",
-    1: "Fetch",
-    2: "ListOffsets",
-    3: "Metadata",
-    8: "OffsetCommit",
-    9: "OffsetFetch",
-    10: "FindCoordinator",
-    11: "JoinGroup",
-    12: "Heartbeat",
-    13: "LeaveGroup",
-    14: "SyncGroup",
-    15: "DescribeGroups",
-    16: "ListGroups",
-    17: "SaslHandshake",
-    18: "ApiVersions",
-    19: "CreateTopics",
-    20: "DeleteTopics",
-    22: "InitProducerId",
-    23: "OffsetForLeaderEpoch",
-    32: "DescribeConfigs",
-    60: "DescribeCluster",
-}
+from tests.helpers.kafka_wire import API_NAMES
 
 NO_RESPONSE = "no response: server closed the connection"
 CLIENT_CLOSED = "no response: client closed the connection"

@@ -7,9 +7,15 @@ import socket
 import struct
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 
-from sink.kafka.build import build
+from sink.kafka.protocol import build
+
+API_NAMES: dict[int, str] = {
+    key: "".join(part.title() for part in name.split("_")) for key, name in api_key_map.items()
+}
+"""API key -> Kafka's name of the API ("InitProducerId"), for every API kio knows."""
 
 
 def encode_request(api_key: int, version: int, corr: int, values: dict) -> bytes:

@@ -20,6 +20,7 @@ from kio.serial import entity_reader
 from raftlog.process_cluster import free_ports
 from sink.process_cluster import SinkProcessCluster
 from tests.helpers.kafka_recorder import KafkaRecorder
+from tests.helpers.kafka_wire import recv_exact
 
 
 def _port(addr: str) -> int:
@@ -69,20 +70,10 @@ def served_versions(port: int, timeout: float = 5.0) -> dict[int, tuple[int, int
     body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(struct.pack(">i", len(body)) + body)
-        (size,) = struct.unpack(">i", _recv(s, 4))
-        frame = _recv(s, size)
+        (size,) = struct.unpack(">i", recv_exact(s, 4))
+        frame = recv_exact(s, size)
     cls = load_response_schema(18, 0)
     _hdr, n = entity_reader(cls.__header_schema__)(frame, 0)
     resp, _ = entity_reader(cls)(frame, n)
     assert int(resp.error_code) == 0, resp.error_code
     return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return out
