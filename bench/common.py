@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import time
 
 
 def machine() -> str:
@@ -29,3 +30,39 @@ def percentile(values: list[float], q: float) -> float:
 def print_targets(targets: dict[str, bool]) -> None:
     print("targets: " + ", ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in targets.items()))
     sys.stdout.flush()
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the given processes have used so far, from /proc/<pid>/stat
+    (steadier than wall time on a shared machine). A pid that has gone counts as 0."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                # The command name (field 2) may contain spaces: split after its ')'.
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / _TICKS
+
+
+class CpuMeter:
+    """CPU seconds used by a set of processes between start() and stop(), beside wall time."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+
+    def __enter__(self) -> CpuMeter:
+        self._t0 = time.perf_counter()
+        self._c0 = cpu_seconds(self.pids)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall_s = time.perf_counter() - self._t0
+        self.cpu_s = cpu_seconds(self.pids) - self._c0

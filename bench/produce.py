@@ -32,7 +32,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import machine, percentile, print_targets
+from common import CpuMeter, machine, percentile, print_targets
 
 from raftlog.process_cluster import free_ports
 from sink.process_cluster import SinkProcessCluster
@@ -267,41 +267,54 @@ def main() -> int:
     cluster.start()
     try:
         asyncio.run(cluster.wait_ready())
+        pids = [n.proc.pid for n in cluster.nodes.values() if n.proc is not None]
         for size, count in counts.items():
             topic = f"bench-{size}"
-            r = kcat_throughput(cluster.bootstrap_servers, topic, size, count, base)
+            with CpuMeter(pids) as cpu:
+                r = kcat_throughput(cluster.bootstrap_servers, topic, size, count, base)
             stored = asyncio.run(total_records(cluster.peers[1].read_api, topic))
             key = "100b" if size == 100 else "1k"
             fig[f"records_per_s_{key}"] = round(r["records_per_s"])
             fig[f"mb_s_{key}"] = round(r["mb_s"], 1)
+            fig[f"cluster_cpu_us_per_record_{key}"] = round(cpu.cpu_s / r["records"] * 1e6, 2)
             print(
                 f"  raftsink {size:>5} B: {r['records_per_s']:>10.0f} records/s {r['mb_s']:>7.1f} MB/s "
-                f"(kcat, {r['records']} records in {r['seconds']:.1f} s; {stored} stored)"
+                f"(kcat, {r['records']} records in {r['seconds']:.1f} s; {stored} stored); "
+                f"3 nodes' CPU {cpu.cpu_s:.1f} s in {cpu.wall_s:.1f} s wall, "
+                f"{cpu.cpu_s / r['records'] * 1e6:.2f} us/record"
             )
             if stored != r["records"]:
                 raise RuntimeError(f"{r['records']} records delivered but {stored} stored")
         t0 = time.monotonic()
         index = asyncio.run(cluster.wait_settled())
         print(f"  (every node applied entry {index}; settled in {time.monotonic() - t0:.1f} s)")
-        lat = kafka_latency(cluster.bootstrap_servers, "bench-latency", 100, 1000, lat_seconds)
+        with CpuMeter(pids) as cpu:
+            lat = kafka_latency(cluster.bootstrap_servers, "bench-latency", 100, 1000, lat_seconds)
         fig["p50_ms"] = round(lat["p50_ms"], 2)
         fig["p99_ms"] = round(lat["p99_ms"], 2)
+        fig["cluster_cpu_pct_at_1k"] = round(cpu.cpu_s / cpu.wall_s * 100, 1)
         print(
-            f"  raftsink at 1,000 records/s: p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms"
+            f"  raftsink at 1,000 records/s: p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms; "
+            f"3 nodes' CPU {cpu.cpu_s:.1f} s in {cpu.wall_s:.1f} s wall "
+            f"({cpu.cpu_s / cpu.wall_s * 100:.0f}% of a core)"
         )
     finally:
         cluster.stop()
     procs, urls, monitor = start_nats(os.path.join(base, "nats"))
     try:
         wait_nats(monitor)
+        nats_pids = [p.pid for p in procs]
         for size in (100, 1024):
-            r = asyncio.run(nats_throughput(urls, size, nats_seconds, f"bench{size}"))
+            with CpuMeter(nats_pids) as cpu:
+                r = asyncio.run(nats_throughput(urls, size, nats_seconds, f"bench{size}"))
             key = "100b" if size == 100 else "1k"
             fig[f"jetstream_records_per_s_{key}"] = round(r["records_per_s"])
             fig[f"jetstream_mb_s_{key}"] = round(r["mb_s"], 1)
+            fig[f"jetstream_cpu_us_per_record_{key}"] = round(cpu.cpu_s / r["records"] * 1e6, 2)
             print(
                 f"  JetStream {size:>5} B: {r['records_per_s']:>9.0f} records/s {r['mb_s']:>7.1f} MB/s "
-                "(nats-py, window 4,000; NO fsync per message)"
+                "(nats-py, window 4,000; NO fsync per message); "
+                f"3 servers' CPU {cpu.cpu_s:.1f} s, {cpu.cpu_s / r['records'] * 1e6:.2f} us/record"
             )
         lat = asyncio.run(nats_latency(urls, 100, 1000, lat_seconds, "benchlat"))
         fig["jetstream_p50_ms"] = round(lat["p50_ms"], 2)

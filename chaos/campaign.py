@@ -200,6 +200,11 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
             """A node that exits on its own is a finding: record it, restart it."""
             while not watch_stop.is_set():
                 for i, code in cluster.exited().items():
+                    if i in cluster.damaged and cluster.repair_if_stopped(i):
+                        # the corrupt nemesis' node stopped loudly as it must: repaired
+                        history.record("info", "repair", "monitor", node=i, value=code)
+                        log.warning("node %d stopped on damaged storage; repaired", i)
+                        continue
                     tail = cluster.log_tail(i, 3000)
                     crashes.append({"node": i, "code": code, "time": history.now(), "log": tail})
                     history.record("info", "crash", "monitor", node=i, value=code)

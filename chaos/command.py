@@ -23,7 +23,15 @@ EXTRA = "chaos"
 REQUIRES = ("confluent_kafka", "aiokafka", "matplotlib")
 """Modules the campaign imports beyond the base install (the `chaos` extra provides them)."""
 
-KINDS = ("kill", "pause", "partition", "disk")  # chaos.nemesis.KINDS (not imported: light)
+KINDS = (
+    "kill",
+    "pause",
+    "partition",
+    "disk",
+    "wipe",
+    "corrupt",
+    "membership",
+)  # chaos.nemesis.KINDS (not imported: light)
 
 
 def require_extra() -> str | None:

@@ -8,13 +8,19 @@
   launcher's public hooks (node_wrapper, peers_for, env_for).
 - kill -9 / restart, SIGSTOP / SIGCONT, disk stalls; every start of a node
   increments its incarnation number (gen), used by the high-watermark checker.
+- storage faults (issue 12): wipe a node's data directory, or flip a byte in the
+  middle of its largest synced segment, while it is down. A damaged node that
+  stops itself (exit 3, "move ... away ... replacement") is repaired the way the
+  message says (`repair`): its directory moved aside, started empty.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import threading
 
 from chaos.node import STALL_ENV
 from chaos.proxy import ProxyControl
@@ -60,6 +66,9 @@ class ChaosCluster(SinkProcessCluster):
         self.gen = {i: 0 for i in ids}
         self.paused: set[int] = set()
         self.stalled: set[int] = set()
+        self.damaged: set[int] = set()  # corrupted while down, not repaired yet
+        self.repairs = 0
+        self._repair_lock = threading.Lock()  # the monitor and the nemesis both repair
         self.proxy: ProxyControl | None = None
 
     # ----------------------------------------------------------- addresses
@@ -127,6 +136,77 @@ class ChaosCluster(SinkProcessCluster):
         with contextlib.suppress(FileNotFoundError):
             os.remove(self.stall_file(i))
         self.stalled.discard(i)
+
+    def wipe(self, i: int) -> None:
+        """kill -9 node i, delete its data directory, start it empty (a replaced disk)."""
+        self.kill(i)
+        shutil.rmtree(self.nodes[i].data_dir, ignore_errors=True)
+        self.start(i)
+
+    def corrupt(self, i: int, fraction: float = 0.5) -> str:
+        """kill -9 node i, flip one byte of its largest segment at `fraction` of the
+        file (synced data: the node had fsynced it), start it again. Returns the file."""
+        self.kill(i)
+        segs = []
+        for root, _, files in os.walk(self.nodes[i].data_dir):
+            segs += [os.path.join(root, f) for f in files if f.endswith(".seg")]
+        if segs:
+            seg = max(segs, key=os.path.getsize)
+            pos = max(64, int(os.path.getsize(seg) * fraction))
+            with open(seg, "r+b") as f:
+                f.seek(pos)
+                b = f.read(1)
+                if b:
+                    f.seek(pos)
+                    f.write(bytes([b[0] ^ 0xFF]))
+                    f.flush()
+                    os.fsync(f.fileno())
+            self.damaged.add(i)
+        self.start(i)
+        return seg if segs else ""
+
+    def stopped_on_damage(self, i: int) -> bool:
+        """Node i exited with code 3 telling the operator to start it as a replacement."""
+        if self.exited().get(i) != 3:
+            return False
+        tail = self.log_tail(i, 8000)
+        return "move" in tail and "replacement" in tail
+
+    def verify_and_repair(self, i: int) -> str:
+        """Stop node i, `raftsink verify` its log; repair it (directory aside, start
+        empty) if verify finds problems, else start it again. Returns what it did."""
+        from raftlog.storage import verify_data_dir
+
+        with self._repair_lock:
+            if i not in self.damaged:
+                return "already repaired"
+            self.kill(i)
+            log_dir = os.path.join(self.nodes[i].data_dir, "log")
+            report = verify_data_dir(log_dir) if os.path.isdir(log_dir) else None
+            if report is not None and not report.ok:
+                data_dir = self.nodes[i].data_dir
+                self.repairs += 1
+                shutil.move(data_dir, f"{data_dir}.damaged-{self.repairs}")
+                what = f"verify found {len(report.problems)} problem(s): repaired"
+            else:
+                what = "verify found nothing (damage cut as a torn tail or compacted)"
+            self.damaged.discard(i)
+            self.start(i)
+            return what
+
+    def repair_if_stopped(self, i: int) -> bool:
+        """If node i stopped on damaged storage, do what its message says: move its
+        data directory aside and start it empty (it rejoins as a replacement)."""
+        with self._repair_lock:
+            if not self.stopped_on_damage(i):
+                return False
+            data_dir = self.nodes[i].data_dir
+            self.repairs += 1
+            shutil.move(data_dir, f"{data_dir}.damaged-{self.repairs}")
+            self.nodes[i].proc = None
+            self.damaged.discard(i)
+            self.start(i)
+            return True
 
     def heal_all(self) -> None:
         """Undo every fault: heal links, resume, clear stalls, restart dead nodes."""

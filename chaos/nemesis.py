@@ -15,6 +15,8 @@ Kinds (one fault at a time, then healed, then a quiet gap):
                   bridge           a - b - c: a and c cannot talk, b reaches both
                   one-way-leader   the leader's outgoing links only (it hears
                                    the others but cannot send to them)
+    membership  remove the target and re-add it, or replace it (kill, remove, wipe
+                its data, start it empty, add it back) (chaos.membership)
     disk        the target's fsyncs block ("stall") or take 0.3 s each ("slow"),
                 or the target's and a second node's block ("stall-majority": no
                 commit is possible) until the window ends (chaos.node hook)
@@ -31,9 +33,14 @@ from typing import Any
 from chaos.fault_cluster import ChaosCluster, link
 from chaos.history import History
 
-KINDS = ("kill", "pause", "partition", "disk")
+KINDS = ("kill", "pause", "partition", "disk", "wipe", "corrupt", "membership")
+ADMIT_TIMEOUT_S = 90.0
+"""How long a wiped or corrupted node may take to be a voting member again before
+the next fault (one replacement at a time: a second before the first is admitted
+could leave no majority that vouches for the data, which stalls the cluster)."""
 PARTITION_MODES = ("isolate-leader", "isolate-node", "bridge", "one-way-leader")
 DISK_MODES = ("stall", "slow", "stall-majority")
+MEMBERSHIP_MODES = ("remove-readd", "replace")  # chaos.membership.MODES
 
 
 @dataclass
@@ -89,6 +96,8 @@ def make_schedule(seed: int, opts: ScheduleOptions) -> list[Fault]:
             target = "leader" if mode in ("isolate-leader", "one-way-leader") else str(order[0])
         elif kind == "disk":
             mode = rng.choice(DISK_MODES)
+        elif kind == "membership":
+            mode = rng.choice(MEMBERSHIP_MODES)
         out.append(Fault(kind, round(t, 2), duration, target, mode, order))
         t += duration + rng.uniform(opts.gap_min_s, opts.gap_max_s)
     return out
@@ -104,6 +113,21 @@ async def current_leader(cluster: ChaosCluster) -> int:
         if st and st.get("role") == "leader" and st.get("term", 0) >= best[0]:
             best = (st["term"], i)
     return best[1]
+
+
+async def wait_admitted(cluster: ChaosCluster, node: int) -> float | None:
+    """Wait until `node` may vote again (re-admitted under its storage's incarnation),
+    repairing it first if it stopped on damage; seconds taken, None on timeout."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while loop.time() - start < ADMIT_TIMEOUT_S:
+        cluster.repair_if_stopped(node)
+        st = await cluster.status(node, timeout=1.0)
+        ident = (st or {}).get("identity") or {}
+        if ident.get("may_vote") and ident.get("recorded") == ident.get("incarnation"):
+            return round(loop.time() - start, 2)
+        await asyncio.sleep(0.2)
+    return None
 
 
 class Nemesis:
@@ -166,6 +190,29 @@ class Nemesis:
             def undo() -> None:
                 for j in stalled:
                     c.clear_disk(j)
+        elif f.kind in ("wipe", "corrupt"):
+            # one damaged node at a time: the others must vote (else a second loss
+            # could leave no majority that vouches for the data, which by design
+            # stalls the cluster, and a third would found a new, empty one)
+            others_ok = [await wait_admitted(c, j) for j in others]
+            desc["others_admitted"] = others_ok
+            if any(t is None for t in others_ok):
+                desc["skipped"] = "another node is not admitted"
+            elif f.kind == "wipe":
+                await asyncio.to_thread(c.wipe, node)
+            else:
+                desc["file"] = await asyncio.to_thread(c.corrupt, node)
+
+            def undo() -> None:
+                if "skipped" in desc:
+                    return
+                desc["admitted_s"] = asyncio.run(wait_admitted(c, node))
+                if f.kind == "corrupt":
+                    # damage the node has not read yet would surface later, overlapping
+                    # the next faults: check it now as an operator would (raftsink
+                    # verify while it is down) and repair it if verify finds it
+                    desc["verify"] = c.verify_and_repair(node)
+                    desc["admitted_after_verify_s"] = asyncio.run(wait_admitted(c, node))
         elif f.kind == "partition":
             if f.mode in ("isolate-leader", "isolate-node"):
                 links = [link(node, j) for j in others] + [link(j, node) for j in others]
@@ -185,6 +232,10 @@ class Nemesis:
             def undo() -> None:
                 assert c.proxy is not None
                 c.proxy.heal(links)
+        elif f.kind == "membership":
+            from chaos import membership
+
+            undo = await membership.inject(c, node, f.mode, desc)
         else:
             raise ValueError(f.kind)
         op = self.history.invoke("nemesis", "nemesis", value=desc)

@@ -26,6 +26,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import grpc
 
@@ -211,20 +212,30 @@ async def serve(args: argparse.Namespace) -> None:
     )
     node = RaftNode(args.id, args.data_dir, peers, fsm, transport, options)
     await node.start()
+    await serve_control_until_signal(
+        ControlService(node, fsm).handler(),
+        args.control,
+        f"ready node={args.id} raft={args.raft} control={args.control}",
+    )
+    await node.stop()
+
+
+async def serve_control_until_signal(handler: Any, address: str, ready_line: str) -> None:
+    """Serve a test process's control API on address, print ready_line (what the
+    launcher waits for), and return after SIGTERM/SIGINT with the API stopped."""
     control = grpc.aio.server()
-    control.add_generic_rpc_handlers((ControlService(node, fsm).handler(),))
-    if control.add_insecure_port(args.control) == 0:
-        raise SystemExit(f"cannot listen on {args.control}")
+    control.add_generic_rpc_handlers((handler,))
+    if control.add_insecure_port(address) == 0:
+        raise SystemExit(f"cannot listen on {address}")
     await control.start()
     tune_gc_for_latency()
-    print(f"ready node={args.id} raft={args.raft} control={args.control}", flush=True)
+    print(ready_line, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await control.stop(grace=0.5)
-    await node.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

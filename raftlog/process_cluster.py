@@ -1,7 +1,8 @@
 """Start, kill and restart raftlog node processes on 127.0.0.1.
 
-Used by the multi-process tests and bench/raft.py. Each node is a real
-process (`python -m raftlog.node_process`) with its own data directory; kill()
+Used by the multi-process tests, bench/raft.py and bench/scale_host.py. Each
+node is a real process (`python -m raftlog.node_process`, or
+`raftlog.host_process` hosting many groups) with its own data directory; kill()
 sends SIGKILL, stop() SIGTERM.
 """
 
@@ -85,7 +86,11 @@ class RaftProcessCluster:
         tick_ms: int | None = None,
         election_ticks: int | None = None,
         log_level: str = "WARNING",
+        module: str = "raftlog.node_process",
+        extra_args: tuple[str, ...] = (),
     ) -> None:
+        """module: the process to run (raftlog.node_process, or raftlog.host_process
+        for many groups per process); extra_args are appended to its command line."""
         ports = free_ports(2 * n)
         self.nodes = {
             i: NodeProc(
@@ -102,6 +107,8 @@ class RaftProcessCluster:
             self.extra += ["--tick-ms", str(tick_ms)]
         if election_ticks is not None:
             self.extra += ["--election-ticks", str(election_ticks)]
+        self.extra += list(extra_args)
+        self.module = module
         self.log_level = log_level
         self.base_dir = base_dir
 
@@ -113,7 +120,7 @@ class RaftProcessCluster:
                 [
                     sys.executable,
                     "-m",
-                    "raftlog.node_process",
+                    self.module,
                     "--id",
                     str(nd.id),
                     "--raft",

@@ -6,6 +6,8 @@
 #     /usr/share/gocode by the tests (GOPATH mode, GOPROXY=off: no module download)
 #   - kafkajs (npm, pinned in tests/clients/js/package.json) into tests/clients/js/node_modules
 #     (nodejs and npm from Debian when the machine has none)
+#   - librdkafka's own test suite (npm node-rdkafka 3.6.1, built by scripts/librdkafka-tests.sh
+#     into ~/.cache/raftsink-tests, not the repo) for tests/integration/test_librdkafka_suite.py
 # Quiet: one line per install, nothing when everything is present. apt needs root (CI runs
 # as root on Debian 12); elsewhere a missing package is reported in one line. A failed install
 # does not stop `./run.sh test`: the tests that need the tool fail with a clear message under
@@ -54,5 +56,11 @@ elif [ "$have" != "$want" ]; then
     say "installing kafkajs@$want (npm) into tests/clients/js/node_modules"
     (cd "$JS" && npm install --no-audit --no-fund --no-save --loglevel=error \
         --no-package-lock >/dev/null 2>&1) || say "npm install kafkajs@$want failed"
+fi
+
+# ---------------------------------------------------------------- librdkafka's test suite
+if command -v npm >/dev/null 2>&1 && ! bash "$ROOT/scripts/librdkafka-tests.sh" --check >/dev/null 2>&1; then
+    bash "$ROOT/scripts/librdkafka-tests.sh" >/dev/null \
+        || say "building librdkafka's test suite failed (scripts/librdkafka-tests.sh)"
 fi
 exit 0

@@ -4,6 +4,8 @@ raftsink serve   run one node (config from --config FILE, RAFTSINK_* variables, 
 raftsink local   a 3-node cluster on 127.0.0.1 as subprocesses; prints the bootstrap servers
 raftsink status  role, term, commit/applied index, lag and partitions of every node
 raftsink verify  read-only integrity check of a stopped node's storage
+raftsink quotas  list / set / delete client quotas (sink/cli_quotas.py)
+raftsink members list / add / remove / replace members, transfer-leader (sink/cli_members.py)
 raftsink demo    the main job on the embedded default (a tool: demos/, entry point)
 raftsink chaos   the fault campaign (a tool: chaos/, entry point)
 """
@@ -20,6 +22,10 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
+
+LOCAL_POLL_S = 0.5
+"""How often `raftsink local` looks for node processes that exited."""
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -69,11 +75,16 @@ def _cmd_local(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    reported: set[int] = set()
     while not stop["flag"]:
-        signal.pause() if hasattr(signal, "pause") else None
-        bad = cluster.exited()
-        if bad:
-            print(f"raftsink local: node(s) exited unexpectedly: {bad}", file=sys.stderr)
+        # Poll: a child's exit interrupts nothing (SIGCHLD is ignored by default).
+        time.sleep(LOCAL_POLL_S)
+        for i, code in sorted(cluster.exited().items()):
+            if i not in reported:
+                reported.add(i)
+                print(cluster.describe_exit(i, code), file=sys.stderr, flush=True)
+        if len(reported) == args.nodes:
+            print("raftsink local: every node exited", file=sys.stderr)
             break
     print("raftsink local: stopping", file=sys.stderr)
     cluster.stop()
@@ -112,19 +123,123 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(sts, indent=2))
         return 0
     commit = max((st.get("commit", 0) for st in sts.values() if "error" not in st), default=0)
+    kinds = member_kinds(sts)
     print(
-        f"{'node':>4} {'role':<13} {'term':>5} {'leader':>6} {'commit':>8} {'applied':>8} {'lag':>6}  partitions"
+        f"{'node':>4} {'role':<13} {'term':>5} {'leader':>6} {'commit':>8} {'applied':>8} {'lag':>6}"
+        f"  {'incarnation':<16} {'member':<8} {'vote':<4}  partitions"
     )
     for i, st in sorted(sts.items()):
         if "error" in st:
-            print(f"{i:>4} {'unreachable':<13} {st['error']}")
+            print(f"{i:>4} {'unreachable':<13} {kinds.get(i, '-'):<8} {st['error']}")
             continue
         parts = ", ".join(f"{k}:{v}" for k, v in sorted(st.get("partitions", {}).items())) or "-"
+        inc, member, vote = _identity_columns(i, st)
         print(
             f"{i:>4} {st['role']:<13} {st['term']:>5} {st['leader']:>6} {st['commit']:>8} "
-            f"{st['applied']:>8} {commit - st['applied']:>6}  {parts}"
+            f"{st['applied']:>8} {commit - st['applied']:>6}  {inc:<16} {kinds.get(i, member):<8} {vote:<4}  {parts}"
         )
+    for i, st in sorted(sts.items()):
+        line = _replacement_line(i, st.get("identity"))
+        if line:
+            print(line)
+    for i, st in sorted(sts.items()):
+        if "kafka" in st:
+            print(_kafka_status_line(i, st["kafka"]))
+        if st.get("quotas", {}).get("entities"):
+            print(_quota_status_line(i, st["quotas"]))
+        line = _disk_line(i, st.get("disk_guard"))
+        if line:
+            print(line)
     return 0 if all("error" not in st for st in sts.values()) else 1
+
+
+def _identity_columns(node: int, st: dict) -> tuple[str, str, str]:
+    """(incarnation in hex, voter/learner/outside, may it vote now: yes/no)."""
+    ident = st.get("identity")
+    if not ident:
+        return "-", "-", "-"
+    ms = st.get("membership", {})
+    member = (
+        "voter"
+        if node in ms.get("voters", [])
+        else "learner"
+        if node in ms.get("learners", [])
+        else "outside"
+    )
+    return f"{ident['incarnation']:016x}", member, "yes" if ident.get("may_vote") else "no"
+
+
+def _replacement_line(node: int, ident: dict | None) -> str | None:
+    """One line for a node whose storage the cluster does not vouch for (None: fine)."""
+    if not ident or not ident.get("replacement"):
+        return None
+    recorded = ident.get("recorded") or 0
+    known = f"knows it as {recorded:016x}" if recorded else "does not know its storage"
+    return (
+        f"node {node}: REPLACEMENT: storage {ident['incarnation']:016x} "
+        f"({ident.get('why', 'new storage')}); the cluster {known}; it votes again once the "
+        "leader has caught it up and admitted it (automatic while a leader is up)"
+    )
+
+
+def member_kinds(sts: dict) -> dict[int, str]:
+    """node id -> "voter" / "learner" / "removed", from the configuration of the node
+    with the highest term and commit index (the leader's, when it answered)."""
+    live = [st for st in sts.values() if "error" not in st and "membership" in st]
+    if not live:
+        return {}
+    best = max(live, key=lambda st: (st["role"] == "leader", st["term"], st["commit"]))
+    m = best["membership"]
+    out = {v: "voter" for v in m.get("voters", [])}
+    out.update({v: "learner" for v in m.get("learners", [])})
+    for i in sts:
+        out.setdefault(i, "removed")
+    return out
+
+
+def _disk_line(node: int, guard: dict | None) -> str | None:
+    """One line for a node below its disk reserve (None: nothing to say)."""
+    if not guard or guard.get("level", "ok") == "ok":
+        return None
+    vols = [v for v in guard.get("volumes", []) if v.get("level") != "ok"]
+    where = ", ".join(
+        f"{v['path']} free {v['free_bytes'] / 1e6:.1f} MB < reserve {v['reserve_bytes'] / 1e6:.1f} MB"
+        for v in vols
+    )
+    effect = "produce refused (KAFKA_STORAGE_ERROR)"
+    if guard["level"] == "appends_refused":
+        effect += ", not appending replicated entries"
+    return (
+        f"node {node}: DISK BELOW RESERVE: {where}: {effect}; free space there "
+        "(retention, delete files, grow the volume); writes resume by themselves"
+    )
+
+
+def _quota_status_line(node: int, q: dict) -> str:
+    """One line per node where client quotas are configured: the most throttled clients."""
+    top = sorted(q.get("throttled_ms", {}).items(), key=lambda kv: -kv[1])[:3]
+    who = ", ".join(f"{name} {ms} ms" for name, ms in top) or "none"
+    return f"{node:>4} quotas: {q['entities']} entities configured; throttled so far: {who}"
+
+
+def _kafka_status_line(node: int, k: dict) -> str:
+    """One line of `raftsink status` per node: memory budgets in use, refused connections."""
+    mib = 1 << 20
+    refused = {
+        name.removeprefix("refused_connections_"): int(v)
+        for name, v in k.items()
+        if name.startswith("refused_connections_") and v
+    }
+    why = ", ".join(f"{r}={n}" for r, n in sorted(refused.items()))
+    return (
+        f"{node:>4} kafka: {int(k.get('connections', 0))} connections; request memory "
+        f"{k.get('request_memory_used_bytes', 0) / mib:.1f}/"
+        f"{k.get('request_memory_limit_bytes', 0) / mib:.0f} MiB"
+        f" ({int(k.get('request_memory_waiting', 0))} waiting); fetch memory "
+        f"{k.get('fetch_memory_used_bytes', 0) / mib:.1f}/"
+        f"{k.get('fetch_memory_limit_bytes', 0) / mib:.0f} MiB; refused connections "
+        f"{int(k.get('rejected_connections', 0))}" + (f" ({why})" if why else "")
+    )
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -230,6 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data_dir", help="a node's data directory (or its log/ directory)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=_cmd_verify)
+
+    from sink.cli_members import add_parser as add_members_parser
+    from sink.cli_quotas import add_parser as add_quotas_parser
+
+    add_quotas_parser(sub)
+    add_members_parser(sub)
 
     _add_tool_commands(sub)
     return parser

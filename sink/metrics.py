@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from raftlog.runtime import RaftNode
+from sink.quotas import ClientQuotaManager
 
 
 class NodeCollector(Collector):
@@ -24,10 +25,14 @@ class NodeCollector(Collector):
         node: RaftNode,
         transport: Any,
         extra: Callable[[], dict[str, float]] | None = None,
+        gauges: Callable[[], list[tuple[str, str, dict[str, str], float]]] | None = None,
     ) -> None:
         self.node = node
         self.transport = transport
         self.extra = extra
+        # gauges() -> (name, help, extra labels, value): levels of the node's other
+        # parts, e.g. free bytes per data volume (labels {"dir": path}).
+        self.gauges = gauges
 
     def collect(self) -> Iterator[Any]:
         st = self.node.status()
@@ -84,10 +89,108 @@ class NodeCollector(Collector):
         )
         for name, value in (self.extra() if self.extra else {}).items():
             yield counter(f"raftsink_{name}", name.replace("_", " "), value)
+        families: dict[str, GaugeMetricFamily] = {}
+        for name, doc, extra_labels, value in self.gauges() if self.gauges else []:
+            fam = families.get(name)
+            if fam is None:
+                fam = families[name] = GaugeMetricFamily(
+                    f"raftsink_{name}", doc, labels=[*labels, *extra_labels]
+                )
+            fam.add_metric([node, *extra_labels.values()], value)
+        yield from families.values()
 
 
-def make_registry(collector: Collector) -> CollectorRegistry:
-    """A registry holding only `collector` (no process/platform defaults)."""
+class KafkaCollector(Collector):
+    """The Kafka front end's overload limits (issue 21), from `stats()` at each scrape
+    (the node's listeners summed, their shared memory budgets once):
+
+    - raftsink_kafka_request_memory_{used,limit,high_water}_bytes, _waiting (gauges)
+      and _waits, _waited_bytes, _wait_seconds (counters): the request memory budget,
+      how often and how long readers waited for it;
+    - raftsink_kafka_fetch_memory_{used,limit}_bytes (gauges), _clamped (counter):
+      the Fetch response budget and the Fetches answered with less data;
+    - raftsink_kafka_refused_connections{reason} (counter): connections closed at
+      accept by reason (max_connections, max_connections_per_ip,
+      connection_creation_rate); raftsink_kafka_frame_timeouts (counter).
+    """
+
+    GAUGES = (
+        "request_memory_used_bytes",
+        "request_memory_limit_bytes",
+        "request_memory_high_water_bytes",
+        "request_memory_waiting",
+        "fetch_memory_used_bytes",
+        "fetch_memory_limit_bytes",
+    )
+    COUNTERS = (
+        "request_memory_waits",
+        "request_memory_waited_bytes",
+        "request_memory_wait_seconds",
+        "fetch_memory_clamped",
+        "frame_timeouts",
+    )
+    REFUSED = "refused_connections_"
+
+    def __init__(self, node_id: int, stats: Callable[[], dict[str, float]]) -> None:
+        self.node = str(node_id)
+        self.stats = stats
+
+    def collect(self) -> Iterator[Any]:
+        st = self.stats()
+        for name in self.GAUGES:
+            g = GaugeMetricFamily(f"raftsink_kafka_{name}", name.replace("_", " "), labels=["node"])
+            g.add_metric([self.node], st.get(name, 0))
+            yield g
+        for name in self.COUNTERS:
+            c = CounterMetricFamily(
+                f"raftsink_kafka_{name}", name.replace("_", " "), labels=["node"]
+            )
+            c.add_metric([self.node], st.get(name, 0))
+            yield c
+        refused = CounterMetricFamily(
+            "raftsink_kafka_refused_connections",
+            "Connections closed at accept, by the limit that refused them",
+            labels=["node", "reason"],
+        )
+        for key, value in sorted(st.items()):
+            if key.startswith(self.REFUSED):
+                refused.add_metric([self.node, key.removeprefix(self.REFUSED)], value)
+        yield refused
+
+
+class QuotaCollector(Collector):
+    """Client quotas per client id (at most quotas.max_client_metrics labels, the rest
+    summed under client_id="__other__"): throttle time given and current measured rate,
+    for clients a quota applies to."""
+
+    def __init__(self, node: str, quotas: ClientQuotaManager) -> None:
+        self.node = node
+        self.quotas = quotas
+
+    def collect(self) -> Iterator[Any]:
+        labels = ["node", "quota", "client_id"]
+        throttled = CounterMetricFamily(
+            "raftsink_quota_throttle_seconds",
+            "Throttle time given to clients over a quota (their connection muted)",
+            labels=labels,
+        )
+        for (key, client), ms in sorted(self.quotas.throttled_ms_by_client().items()):
+            throttled.add_metric([self.node, key, client], ms / 1000.0)
+        yield throttled
+        rates = GaugeMetricFamily(
+            "raftsink_quota_rate",
+            "Measured rate of a client under a quota (bytes/s; request_percentage: percent)",
+            labels=labels,
+        )
+        for (key, client), value in sorted(self.quotas.rates_by_client().items()):
+            rates.add_metric([self.node, key, client], value)
+        yield rates
+
+
+def make_registry(collector: Collector, *more: Collector) -> CollectorRegistry:
+    """A registry holding only the given collectors (no process/platform defaults)."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(collector)
+    for c in more:
+        reg.register(c)
     return reg

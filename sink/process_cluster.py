@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from raftlog.process_cluster import free_ports
 from sink.config import Peer, format_peers
@@ -35,6 +36,8 @@ class SinkProc:
     data_dir: str
     log_path: str
     proc: subprocess.Popen | None = None
+    extra_args: list[str] = field(default_factory=list)
+    """Flags of this node only (a node added later runs with --node-join)."""
 
 
 class SinkProcessCluster:
@@ -145,12 +148,62 @@ class SinkProcessCluster:
                         "--peers",
                         self.peers_for(nid),
                         *self.args,
+                        *n.extra_args,
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=log,
                     env=self.env_for(nid),
                     start_new_session=True,  # Ctrl-C in a terminal reaches only the parent
                 )
+
+    def add_node(self, i: int | None = None) -> Peer:
+        """A new node (not started): its own free ports and data directory, started with
+        --node-join (it waits for `raftsink members add`). Returns its addresses."""
+        i = i if i is not None else max(self.nodes) + 1
+        if i in self.nodes:
+            raise ValueError(f"node {i} exists")
+        ports = free_ports(3)
+        peer = Peer(i, *(f"127.0.0.1:{p}" for p in ports))
+        self.peers[i] = peer
+        self.nodes[i] = SinkProc(
+            peer,
+            os.path.join(self.base_dir, f"node{i}"),
+            os.path.join(self.base_dir, f"node{i}.log"),
+            extra_args=["--node-join"],
+        )
+        return peer
+
+    def wipe_data(self, i: int) -> None:
+        """Delete a stopped node's data directory (a lost disk); it restarts with
+        --node-join, as a replacement to be added by `raftsink members replace`."""
+        n = self.nodes[i]
+        if n.proc is not None and n.proc.poll() is None:
+            raise RuntimeError(f"node {i} is running")
+        shutil.rmtree(n.data_dir, ignore_errors=True)
+        if "--node-join" not in n.extra_args:
+            n.extra_args.append("--node-join")
+
+    def forget_node(self, i: int) -> None:
+        """Drop a stopped, removed node from this harness (its files stay)."""
+        n = self.nodes.pop(i)
+        if n.proc is not None and n.proc.poll() is None:
+            raise RuntimeError(f"node {i} is running")
+        del self.peers[i]
+
+    def terminate(self, i: int, timeout: float = 30.0) -> int:
+        """SIGTERM node i (graceful: a leader hands leadership over first) and wait;
+        SIGKILL if it does not stop in time. Returns the exit code."""
+        n = self.nodes[i]
+        code = 0
+        if n.proc is not None and n.proc.poll() is None:
+            n.proc.send_signal(signal.SIGTERM)
+            try:
+                code = n.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                n.proc.kill()
+                code = n.proc.wait()
+        n.proc = None
+        return code
 
     def kill(self, i: int) -> None:
         """SIGKILL node i (a crash)."""
@@ -184,6 +237,20 @@ class SinkProcessCluster:
             for i, n in self.nodes.items()
             if n.proc is not None and n.proc.poll() is not None
         }
+
+    def describe_exit(self, i: int, code: int, lines: int = 5) -> str:
+        """What an operator needs about node i's exit: code, meaning, last log lines."""
+        meaning = _EXIT_MEANINGS.get(code, "unexpected")
+        if code < 0:
+            meaning = f"killed by signal {signal.Signals(-code).name}"
+        tail = self.log_tail(i, 8000).splitlines()[-lines:]
+        text = "\n".join(f"    {line}" for line in tail) or "    (empty log)"
+        alive = len(self.alive())
+        return (
+            f"raftsink local: node {i} exited with code {code} ({meaning}); "
+            f"{alive} of {len(self.nodes)} nodes still running; log {self.nodes[i].log_path}, "
+            f"last lines:\n{text}"
+        )
 
     async def status(self, i: int, timeout: float = 2.0) -> dict | None:
         client = ReadApiClient(self.peers[i].read_api)
@@ -239,6 +306,15 @@ class SinkProcessCluster:
                         return applied
             await asyncio.sleep(0.1)
         raise TimeoutError(f"cluster did not settle within {timeout} s; last status: {last}")
+
+
+_EXIT_MEANINGS = {
+    0: "stopped",
+    1: "error at start (see the log)",
+    2: "configuration error",
+    3: "stopped itself on a storage failure (ENOSPC, EIO, corrupt data)",
+}
+"""Exit codes of `raftsink serve` (3 is sink.node.EXIT_STORAGE_FAILURE)."""
 
 
 def _tail(path: str, n: int = 2000) -> str:

@@ -21,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from raftlog.runtime import (
     BusyError,
@@ -33,10 +35,17 @@ from raftlog.runtime import (
     ProposalTimeoutError,
     RaftNode,
 )
+from sink.groups import GroupOptions, GroupRuntime
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import BatchHeader
-from sink.state import CreateTopicResult, ProduceResult, SinkStateMachine, TopicInfo
+from sink.lifecycle.topics import TopicLifecycle
+from sink.offsets import GroupOffsetService, OffsetsOptions
+from sink.quotas import Alteration, ClientQuotaManager, QuotaTable
+from sink.state import CreateTopicResult, ProduceResult, SinkStateMachine, TopicInfo, quota_command
 from sink.state import commands as cmd
+from sink.topics import state as topic_state
+from sink.topics.configs import TopicConfigError, TopicDefaults, validate_all
+from sink.topics.stamp import stamp_log_append_time
 
 log = logging.getLogger("sink.service")
 
@@ -93,7 +102,14 @@ class SinkService:
         brokers: dict[int, tuple[str, int]],
         cluster_id: str,
         options: SinkOptions | None = None,
+        quotas: ClientQuotaManager | None = None,
+        write_gate: Callable[[int], bool] | None = None,
+        offsets_options: OffsetsOptions | None = None,
+        group_options: GroupOptions | None = None,
+        log_dir: str = "",
     ) -> None:
+        """write_gate(nbytes) -> False when the node may not take nbytes of new data
+        (below its disk reserve: sink.node.DiskWatch.admit_write); None: always may."""
         if node_id not in brokers:
             raise ValueError(f"brokers must include this node ({node_id})")
         self.node = node
@@ -102,29 +118,72 @@ class SinkService:
         self.brokers = dict(brokers)
         self.cluster_id = cluster_id
         self.options = options or SinkOptions()
+        self.write_gate = write_gate
         self._inflight: dict[tuple[int, str, int, int, int], asyncio.Future] = {}
         self.inflight_duplicates = 0  # retries answered by their uncommitted original
         self.committed_duplicates = 0  # retries answered from the applied producer table
         self._creating: dict[str, asyncio.Future] = {}
-        # Group offsets (OffsetCommit/OffsetFetch): in memory on the node that
-        # answers as coordinator (the Raft leader). Not replicated: lost on
-        # failover or restart. Documented in docs/kafka.md.
-        self.group_offsets: dict[tuple[str, str, int], tuple[int, str | None]] = {}
+        # Committed consumer-group offsets: through the log, read from the applied
+        # state (sink.offsets; the handlers' GroupOffsets).
+        self.offsets = GroupOffsetService(
+            lambda: self.fsm.group_offsets,
+            self._apply_entry,
+            ready=self.leader_ready,
+            options=offsets_options,
+        )
+        # Client quotas: the rates of this node's clients against the applied table.
+        self.quotas = quotas or ClientQuotaManager(lambda: self.fsm.quotas)
+        # The classic group coordinator (sink.groups): active while this node is the
+        # ready leader; every coordinator slot is hosted by this one Raft group.
+        self.groups = GroupRuntime(
+            group_options,
+            propose=self._propose_group_command,
+            is_leader=lambda: self.node.is_leader(),
+            ready_term=lambda: self.node.term if self.leader_ready() else None,
+            records=lambda: self.fsm.groups.records(),
+            slot_owner=lambda _slot: self.leader_id(),
+        )
+        if fsm is not None:
+            fsm.on_leader_change.append(self.groups.on_leadership_change)
+        # OffsetCommit/OffsetDelete/expiry ask the coordinator about members (GroupMembership).
+        self.offsets.membership = self.groups
+        # DeleteTopics, CreatePartitions, DeleteRecords, DescribeLogDirs (sink/topics).
+        self.lifecycle = TopicLifecycle(
+            fsm,
+            self.apply_command,
+            lambda: self.node.is_leader(),
+            _error_of,
+            max_partitions=self.options.max_create_partitions,
+            log_dir=log_dir,
+        )
+        self.delete_topic = self.lifecycle.delete_topic
+        self.create_partitions = self.lifecycle.create_partitions
+        self.delete_records = self.lifecycle.delete_records
+        self.disk_usage = self.lifecycle.disk_usage
+        self.active_producers = self.lifecycle.active_producers
+        self.log_dir = log_dir
 
-    # --------------------------------------------------------- group offsets
+    async def apply_command(self, data: bytes) -> object:
+        """Propose a command and return its applied result (raises the runtime's errors)."""
+        return (await self._apply_entry(data)).result
 
-    def commit_offset(
-        self, group: str, topic: str, partition: int, offset: int, metadata: str | None
-    ) -> None:
-        self.group_offsets[(group, topic, partition)] = (offset, metadata)
+    async def _propose_group_command(self, data: bytes) -> ErrorCode:
+        """A group command through the log -> none once applied, else the coordinator
+        error the waiting members get (NOT_COORDINATOR: find the new leader)."""
+        try:
+            await self._apply_entry(data)
+        except Exception as exc:
+            err = _error_of(exc)
+            if err == ErrorCode.not_leader_or_follower:
+                return ErrorCode.not_coordinator
+            if err in (ErrorCode.request_timed_out, ErrorCode.not_enough_replicas):
+                return ErrorCode.coordinator_not_available
+            return err
+        return ErrorCode.none
 
-    def committed_offset(
-        self, group: str, topic: str, partition: int
-    ) -> tuple[int, str | None] | None:
-        return self.group_offsets.get((group, topic, partition))
-
-    def committed_partitions(self, group: str) -> list[tuple[str, int]]:
-        return [(t, p) for g, t, p in self.group_offsets if g == group]
+    async def _apply_entry(self, data: bytes) -> Any:
+        """Replicate and apply one entry (raises raftlog.runtime's errors)."""
+        return await self.node.apply(data, timeout=self.options.produce_timeout_s)
 
     # ------------------------------------------------------------ leadership
 
@@ -197,8 +256,17 @@ class SinkService:
             return _done(loop, ProduceResult(ErrorCode.not_leader_or_follower, -1, -1))
         if not self.fsm.has_partition(topic, partition):
             return _done(loop, ProduceResult(ErrorCode.unknown_topic_or_partition, -1, -1))
+        if self.write_gate is not None and not self.write_gate(len(records)):
+            # Below the disk reserve: refused before anything is proposed. Retriable:
+            # librdkafka, the Java client and KafkaJS retry KAFKA_STORAGE_ERROR.
+            return _done(loop, ProduceResult(ErrorCode.kafka_storage_error, -1, -1))
         futs: list[asyncio.Future] = []
         mv = memoryview(records)
+        policy = self.fsm.topic_configs.policy(topic)
+        if any(b.size > policy.max_message_bytes for b in batches):
+            # Kafka: a batch above max.message.bytes is RecordTooLargeException.
+            return _done(loop, ProduceResult(ErrorCode.message_too_large, -1, -1))
+        now_ms = int(time.time() * 1000) if policy.log_append_time else 0
         for b in batches:
             key = None
             if b.producer_id >= 0:
@@ -222,13 +290,11 @@ class SinkService:
                     result = ProduceResult(ErrorCode.none, verdict.base_offset, start, True)
                     futs.append(_done(loop, result))
                     continue
+            batch = mv[b.start : b.start + b.size]
+            if policy.log_append_time:  # the leader's clock, in the entry: same on every node
+                batch = stamp_log_append_time(batch, now_ms)
             data = cmd.encode_produce(
-                topic,
-                partition,
-                b.producer_id,
-                b.producer_epoch,
-                b.base_sequence,
-                mv[b.start : b.start + b.size],
+                topic, partition, b.producer_id, b.producer_epoch, b.base_sequence, batch
             )
             fut = self._propose_produce(loop, data)
             if key is not None:
@@ -292,15 +358,25 @@ class SinkService:
     def valid_topic_name(self, name: str) -> bool:
         return bool(_TOPIC_RE.match(name)) and name not in (".", "..")
 
-    async def create_topic(self, name: str, partitions: int) -> CreateTopicResult:
-        """Create a topic through the log (leader only)."""
+    async def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> CreateTopicResult:
+        """Create a topic through the log (leader only), with its configs (validated
+        here and again at apply: INVALID_CONFIG, nothing created, if one is bad)."""
         if not self.valid_topic_name(name):
             return CreateTopicResult(ErrorCode.invalid_topic_exception, None)
         if not 1 <= partitions <= self.options.max_create_partitions:
             return CreateTopicResult(ErrorCode.invalid_partitions, None)
         if not self.node.is_leader():
             return CreateTopicResult(ErrorCode.not_controller, None)
-        data = cmd.encode_create_topic(name, partitions, uuid.uuid4())
+        if configs:
+            try:
+                configs = validate_all(configs)
+            except TopicConfigError:
+                return CreateTopicResult(ErrorCode.invalid_config, None)
+            data = topic_state.encode_create(name, partitions, uuid.uuid4(), configs)
+        else:
+            data = cmd.encode_create_topic(name, partitions, uuid.uuid4())
         try:
             res = await self.node.apply(data, timeout=self.options.produce_timeout_s)
         except Exception as exc:
@@ -338,3 +414,65 @@ class SinkService:
             if res.error in (ErrorCode.not_controller, ErrorCode.not_leader_or_follower)
             else res.error
         ), None
+
+    # ---------------------------------------------------------- topic configs
+
+    @property
+    def topic_defaults(self) -> TopicDefaults:
+        """This node's broker-level defaults of every topic config."""
+        return self.fsm.topic_configs.defaults
+
+    def topic_configs(self, topic: str) -> dict[str, str] | None:
+        """The applied overrides of a topic (None: no such topic)."""
+        if self.fsm.topic(topic) is None:
+            return None
+        return self.fsm.topic_configs.overrides(topic)
+
+    async def alter_topic_configs(
+        self, topic: str, ops: list[tuple[int, str, str | None]], replace: bool
+    ) -> tuple[ErrorCode, str | None]:
+        """AlterConfigs (replace=True) / IncrementalAlterConfigs through the log, on the
+        controller (the Raft leader; NOT_CONTROLLER elsewhere) -> (error, message)."""
+        if not self.node.is_leader():
+            return ErrorCode.not_controller, "not the controller (Raft leader)"
+        try:  # the same check apply makes, for an answer without a log entry
+            topic_state.apply_ops(self.fsm.topic_configs.overrides(topic), ops, replace)
+        except TopicConfigError as exc:
+            return ErrorCode.invalid_config, str(exc)
+        data = topic_state.encode_alter(topic, ops, replace)
+        try:
+            res = await self.node.apply(data, timeout=self.options.produce_timeout_s)
+        except Exception as exc:
+            err = _error_of(exc)
+            err = ErrorCode.not_controller if err == ErrorCode.not_leader_or_follower else err
+            return err, None
+        return res.result
+
+    # --------------------------------------------------------- client quotas
+
+    def quota_status(self) -> dict[str, Any]:
+        """For `raftsink status`: how many entities have quotas configured, and the
+        clients this node has throttled (quota key, client label -> ms, since start)."""
+        throttled = {
+            f"{key}:{label}": ms
+            for (key, label), ms in sorted(self.quotas.throttled_ms_by_client().items())
+            if ms > 0
+        }
+        return {"entities": len(self.fsm.quotas.quotas), "throttled_ms": throttled}
+
+    def client_quotas(self) -> QuotaTable:
+        """The applied client quota configuration (this node's view)."""
+        return self.fsm.quotas
+
+    async def alter_client_quotas(self, alterations: list[Alteration]) -> ErrorCode:
+        """Validated quota changes through the log (the controller, i.e. the leader,
+        only: NOT_CONTROLLER elsewhere, as CreateTopics)."""
+        if not self.node.is_leader():
+            return ErrorCode.not_controller
+        data = quota_command.encode_alter_quotas(alterations)
+        try:
+            res = await self.node.apply(data, timeout=self.options.produce_timeout_s)
+        except Exception as exc:
+            err = _error_of(exc)
+            return ErrorCode.not_controller if err == ErrorCode.not_leader_or_follower else err
+        return res.result

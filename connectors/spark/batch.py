@@ -10,8 +10,9 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from connectors.spark.fetch import read_range
 from connectors.spark.options import SourceOptions
 from connectors.spark.planning import OffsetRange, plan_ranges
-from connectors.spark.resolve import batch_range, check_exists
+from connectors.spark.resolve import batch_range, check_exists, select
 from connectors.spark.stream import make_cluster
+from connectors.spark.timestamps import resolve_times
 
 
 class RaftsinkBatchReader(DataSourceReader):
@@ -22,9 +23,22 @@ class RaftsinkBatchReader(DataSourceReader):
         o = self.options
         assert o.ending is not None
         # Linearizable: "latest" includes every write acknowledged before the query.
-        states = make_cluster(o).partitions(o.subscription.topic_filter(), linearizable=True)
+        cluster = make_cluster(o)
+        states = cluster.partitions(o.subscription.topic_filter(), linearizable=True)
         check_exists(o.subscription, states, o.nodes)
-        start, end = batch_range(o.starting, o.ending, o.subscription, states, o.fail_on_data_loss)
+        starting, ending = o.starting, o.ending
+        selected = select(o.subscription, states)
+        if o.starting_times is not None:
+            starting = resolve_times(
+                o.starting_times,
+                selected,
+                cluster.offsets_for_times,
+                ending=False,
+                strategy=o.timestamp_strategy,
+            )
+        if o.ending_times is not None:
+            ending = resolve_times(o.ending_times, selected, cluster.offsets_for_times, ending=True)
+        start, end = batch_range(starting, ending, o.subscription, states, o.fail_on_data_loss)
         ranges = plan_ranges(start, end, o.min_partitions, o.max_records_per_partition)
         # Spark wants at least one partition; an empty range reads nothing.
         return ranges or [OffsetRange("", 0, 0, 0)]

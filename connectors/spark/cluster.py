@@ -164,6 +164,23 @@ class ReadCluster:
             for p in reply.partitions
         }
 
+    def offsets_for_times(
+        self, queries: dict[TopicPartition, int], deadline_s: float | None = None
+    ) -> dict[TopicPartition, int]:
+        """{tp: timestamp ms} -> {tp: offset of the first record at or after it; -1: none}."""
+        if not queries:
+            return {}
+
+        async def fn(c: ReadApiClient) -> Any:
+            reply = await c.offsets_for_times(queries, timeout=self.request_timeout_s)
+            for o in reply.offsets:
+                if o.error_code:
+                    raise RuntimeError(f"{o.topic}/{o.partition}: error {o.error_code}")
+            return reply
+
+        reply = self.first_answer("OffsetsForTimes", fn, deadline_s)
+        return {(o.topic, o.partition): o.offset for o in reply.offsets}
+
     def fetch(self, address: str, topic: str, partition: int, offset: int, max_bytes: int) -> Any:
         return self.fetch_soon(address, topic, partition, offset, max_bytes).result(
             self.request_timeout_s + 5.0

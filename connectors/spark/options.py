@@ -19,6 +19,7 @@ from connectors.spark.offsets import (
     TopicPartition,
     parse_offset_spec,
 )
+from connectors.spark.timestamps import TimeSpec, parse_strategy, parse_time_spec
 
 NODES = "raftsink.nodes"
 
@@ -70,6 +71,9 @@ class SourceOptions:
     fetch_max_bytes: int = 4 * 1024 * 1024
     request_timeout_s: float = 10.0
     retry_timeout_s: float = 60.0
+    starting_times: TimeSpec | None = None  # startingTimestamp / startingOffsetsByTimestamp
+    ending_times: TimeSpec | None = None  # endingTimestamp / endingOffsetsByTimestamp (batch)
+    timestamp_strategy: str = "error"  # startingOffsetsByTimestampStrategy
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -162,9 +166,12 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         "startingOffsets", opts.get("startingoffsets", starting_default), EARLIEST
     )
     ending = None
+    ending_times = parse_time_spec(opts, "ending")
     if streaming:
         if "endingoffsets" in opts:
             raise InvalidOptionError("option endingOffsets is for batch queries only")
+        if ending_times is not None:
+            raise InvalidOptionError(f"option {ending_times.option} is for batch queries only")
     else:
         ending = parse_offset_spec("endingOffsets", opts.get("endingoffsets", "latest"), LATEST)
         if starting.default == LATEST or LATEST in starting.specific.values():
@@ -185,6 +192,9 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
         include_headers=_bool(opts, "includeHeaders", True),
         pipeline_id=pipeline,
+        starting_times=parse_time_spec(opts, "starting"),
+        ending_times=ending_times,
+        timestamp_strategy=parse_strategy(opts),
         fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or 4 * 1024 * 1024,
         request_timeout_s=(_positive_int(opts, "requestTimeoutMs") or 10_000) / 1000,
         retry_timeout_s=(_positive_int(opts, "retryTimeoutMs") or 60_000) / 1000,

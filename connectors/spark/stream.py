@@ -25,7 +25,8 @@ from connectors.spark.cluster import ReadCluster
 from connectors.spark.fetch import read_range
 from connectors.spark.options import SourceOptions
 from connectors.spark.planning import OffsetRange, plan_ranges
-from connectors.spark.resolve import check_exists, initial_offsets, next_end
+from connectors.spark.resolve import check_exists, initial_offsets, next_end, select
+from connectors.spark.timestamps import resolve_times
 
 log = logging.getLogger("connectors.spark")
 
@@ -57,9 +58,16 @@ class RaftsinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._initial is None:
             states = self._states()
             check_exists(self.options.subscription, states, self.options.nodes)
-            self._initial = initial_offsets(
-                self.options.starting, self.options.subscription, states
-            )
+            starting = self.options.starting
+            if self.options.starting_times is not None:  # resolved once, as startingOffsets
+                starting = resolve_times(
+                    self.options.starting_times,
+                    select(self.options.subscription, states),
+                    self.cluster.offsets_for_times,
+                    ending=False,
+                    strategy=self.options.timestamp_strategy,
+                )
+            self._initial = initial_offsets(starting, self.options.subscription, states)
         return off.to_json(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:

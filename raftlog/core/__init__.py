@@ -25,6 +25,7 @@ from raftlog.core.messages import (
     TimeoutNow,
 )
 from raftlog.core.node_state import (
+    NotYetAdmissibleError,
     ProposalDroppedError,
     RaftConfig,
     RandomSource,
@@ -48,6 +49,7 @@ __all__ = [
     "MemoryStorage",
     "Message",
     "MsgType",
+    "NotYetAdmissibleError",
     "Progress",
     "ProgressState",
     "ProposalDroppedError",

@@ -16,6 +16,12 @@ from typing import ClassVar
 
 from raftlog.entry import LogEntry
 
+IDENTITY_SEALED = 1
+"""Header flag: the sender's membership records incarnations (the cluster was founded)."""
+IDENTITY_LEGACY = 2
+"""Header flag: the sender's storage predates incarnations (adopted one at start)."""
+IDENTITY_FLAGS = IDENTITY_SEALED | IDENTITY_LEGACY
+
 
 class MsgType(enum.IntEnum):
     """Discriminator of a message; `msg.type` is a class attribute of each kind."""
@@ -35,13 +41,19 @@ class MsgType(enum.IntEnum):
 
 @dataclass(slots=True, kw_only=True)
 class Message:
-    """Common header. `term` is the sender's current term (0: term-less)."""
+    """Common header. `term` is the sender's current term (0: term-less).
+
+    `incarnation` is the sender's storage incarnation (0: identity off) and
+    `identity` its IDENTITY_* flags; the core stamps both on everything it sends
+    (see RawNode.may_vote)."""
 
     type: ClassVar[MsgType]
     src: int
     dst: int
     term: int
     group_id: int = 0
+    incarnation: int = 0
+    identity: int = 0
 
 
 @dataclass(slots=True, kw_only=True)
@@ -94,6 +106,10 @@ class RequestVote(Message):
     last_term: int
     pre_vote: bool = False
     transfer: bool = False
+    voter_incarnation: int = 0
+    """The incarnation the candidate's membership records for the voter (0: none):
+    a voter that has not yet received the configuration admitting it learns
+    here that the cluster vouches for its storage."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -15,6 +15,11 @@ Safety invariants this module maintains (Raft paper, Figure 3):
   * Leader completeness: votes go only to candidates whose log is at least as
     up to date; a leader commits by counting replicas only for entries of its
     current term.
+  * Disks forget (docs/raft-core.md, "Node identity"): with an incarnation
+    configured, a node votes only while the membership records its own
+    incarnation (or, before the cluster is founded, after the founding check),
+    and a leader counts a member's acknowledgements, votes and read acks only
+    from the incarnation the membership records.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from typing import Protocol
 from raftlog.core.log_reader import LogReader, Snapshot, entry_size
 from raftlog.core.membership import Membership, is_single_step
 from raftlog.core.messages import (
+    IDENTITY_LEGACY,
+    IDENTITY_SEALED,
     LEADER_TYPES,
     AppendEntries,
     AppendEntriesResponse,
@@ -71,6 +78,11 @@ class ProposalDroppedError(Exception):
     """The leader refuses the proposal now (leadership transfer, config change)."""
 
 
+class NotYetAdmissibleError(ProposalDroppedError):
+    """A voter to add does not answer from its recorded incarnation yet (it is still
+    catching up as a learner, or the leader has not recorded its storage): retry."""
+
+
 @dataclass(slots=True)
 class RaftConfig:
     """Configuration of one `RawNode` (etcd's `Config`). The runtime builds it from
@@ -111,6 +123,12 @@ class RaftConfig:
     group_id: int = 0
     """The Raft group this node belongs to; stamped on every message it sends,
     so a transport shared by several groups can route (and reject) by group."""
+    incarnation: int = 0
+    """This node's storage incarnation (a random id made when the storage was
+    created; 0 turns the identity rules off). Stamped on every message."""
+    legacy: bool = False
+    """The storage predates incarnations and adopted one at this start: until the
+    membership records it, it may vote as before (rolling upgrade)."""
 
 
 @dataclass(slots=True)
@@ -163,6 +181,7 @@ class RawNode:
         self.progress: dict[int, Progress] = {}
         self.lead_transferee = 0
         self.pending_conf_index = 0
+        self.auto_conf_index = 0
         self._msgs: list[Message] = []
         self._msgs_early: list[Message] = []
         self._read_states: list[ReadState] = []
@@ -173,6 +192,8 @@ class RawNode:
         self._hs_sent = HardState(hs.term, hs.vote, self.log.committed)
         self._hs_durable = self._hs_sent
         self._soft_sent = SoftState(0, Role.FOLLOWER)
+        # peer id -> (incarnation, IDENTITY_* flags) from its newest message
+        self.peer_identity: dict[int, tuple[int, int]] = {}
         self._config_history: list[tuple[int, Membership]] = self._load_config_history(reader)
         self.membership = self._config_history[-1][1]
         self._reset_randomized_timeout()
@@ -205,8 +226,65 @@ class RawNode:
     # --------------------------------------------------------------- queries
     @property
     def promotable(self) -> bool:
-        """May campaign: a voter in the current configuration."""
-        return self.id in self.membership.voters
+        """May campaign: a voter in the current configuration that is not a known
+        replacement (before founding it may ask; voters check). A voter removed by
+        a configuration that is not committed yet may still campaign (and lead
+        until the removal commits): it may hold the only up-to-date log of the
+        remaining voters' majority (thesis 4.2.2)."""
+        if self.id in self.membership.voters:
+            return not self.is_replacement()
+        old = self.membership_at(self.log.committed)
+        return self.id in old.voters and not self.is_replacement(old)
+
+    def is_replacement(self, m: Membership | None = None) -> bool:
+        """The membership knows this node by another storage (or, once founded,
+        does not know this new storage at all): it is a replacement until the
+        leader records its incarnation through the log."""
+        inc = self.cfg.incarnation
+        if not inc:
+            return False
+        m = m if m is not None else self.membership
+        recorded = m.incarnation_of(self.id)
+        if recorded:
+            return recorded != inc
+        return m.sealed() and not self.cfg.legacy
+
+    @property
+    def may_vote(self) -> bool:
+        """May grant votes and count its own: a voter whose storage the membership
+        vouches for. A storage the membership does not record yet votes only if it
+        predates incarnations (`legacy`) or the cluster is being founded: every
+        other voter's newest message says its membership is not sealed either
+        (so no configuration recording incarnations, and so no data, exists on
+        any of them). A wiped node hears a sealed peer and never votes until
+        admitted."""
+        if self.id not in self.membership.voters:
+            return False
+        if not self.cfg.incarnation:
+            return True
+        if self.is_replacement():
+            return False
+        if self.membership.incarnation_of(self.id) or self.cfg.legacy:
+            return True
+        for v in self.membership.voters:
+            if v == self.id:
+                continue
+            seen = self.peer_identity.get(v)
+            if seen is None or seen[1] & IDENTITY_SEALED:
+                return False
+        return True
+
+    def counts(self, node: int, incarnation: int) -> bool:
+        """A message or acknowledgement of `node` from storage `incarnation` counts
+        toward quorums: the membership records no incarnation for it, or this one."""
+        recorded = self.membership.incarnation_of(node)
+        return not recorded or recorded == incarnation
+
+    def _counts_progress(self, node: int) -> bool:
+        if node == self.id:
+            return True
+        pr = self.progress.get(node)
+        return pr is not None and self.counts(node, pr.incarnation)
 
     def membership_at(self, index: int) -> Membership:
         m = self._config_history[0][1]
@@ -307,6 +385,11 @@ class RawNode:
     # ---------------------------------------------------------------- sending
     def _send(self, m: Message) -> None:
         m.group_id = self.cfg.group_id
+        if self.cfg.incarnation:
+            m.incarnation = self.cfg.incarnation
+            m.identity = (IDENTITY_SEALED if self.membership.sealed() else 0) | (
+                IDENTITY_LEGACY if self.cfg.legacy else 0
+            )
         if m.term == 0 and m.type is not MsgType.READ_INDEX:
             m.term = self.term
         if self.role is Role.LEADER and m.type in LEADER_TYPES:
@@ -337,13 +420,66 @@ class RawNode:
         if self.heartbeat_elapsed >= self.cfg.heartbeat_tick:
             self.heartbeat_elapsed = 0
             self._bcast_heartbeat()
+            if self.cfg.incarnation:
+                self._maybe_admit()
+
+    def identity_change(self) -> Membership | None:
+        """The membership change the leader makes next for node identities, if any:
+        record incarnations not recorded yet (founding, rolling upgrade), turn a
+        member that answers from new storage into a learner with its new
+        incarnation (a replacement, `Membership.replace`), and promote such a
+        learner back to voter once it holds everything committed."""
+        m = self.membership
+        record: dict[int, int] = {}
+        if not m.incarnation_of(self.id):
+            record[self.id] = self.cfg.incarnation
+        for pid in sorted(m.members()):
+            seen = self.peer_identity.get(pid)
+            if pid == self.id or seen is None or not seen[0]:
+                continue
+            inc, flags = seen
+            recorded = m.incarnation_of(pid)
+            if recorded == inc:
+                pr = self.progress.get(pid)
+                # caught up: it streams appends and holds the (committed) configuration
+                # that made it a learner, so everything up to its replacement; waiting
+                # for match >= commit could starve under steady load (pipelined
+                # appends keep match just below commit)
+                if (
+                    pid in m.pending
+                    and pr is not None
+                    and pr.incarnation == inc
+                    and pr.state is ProgressState.REPLICATE
+                    and pr.match >= self._config_history[-1][0]
+                ):
+                    return m.add_voter(pid)
+            elif recorded == 0 and flags & IDENTITY_LEGACY:
+                record[pid] = inc
+            else:
+                return m.replace(pid, inc)
+        return m.with_incarnations(record) if record else None
+
+    def _maybe_admit(self) -> None:
+        if self.lead_transferee or self.pending_conf_index > self.log.committed:
+            return
+        if self.log.term_at(self.log.committed) != self.term:
+            return
+        change = self.identity_change()
+        if change is not None and change != self.membership:
+            self.auto_conf_index = self.propose_membership(change)[0]
+
+    def auto_change_in_flight(self) -> bool:
+        """The uncommitted membership change is one the leader made for identities
+        (an operator's change then waits for it instead of being refused)."""
+        pending = self.pending_conf_index
+        return pending > self.log.committed and pending == self.auto_conf_index
 
     def _quorum_active(self) -> bool:
         """CheckQuorum: heard from a majority of voters during the last election
         timeout. Resets the activity marks for the next round."""
         active = {self.id}
         for pid, pr in self.progress.items():
-            if pr.recent_active:
+            if pr.recent_active and self.counts(pid, pr.incarnation):
                 active.add(pid)
             if pid != self.id:
                 pr.recent_active = False
@@ -362,6 +498,7 @@ class RawNode:
         self.votes = {}
         self.progress = {}
         self.pending_conf_index = 0
+        self.auto_conf_index = 0
         self._reads.clear()
         self._reads_waiting.clear()
 
@@ -393,8 +530,32 @@ class RawNode:
         me.recent_active = True
         # no config change until everything up to here (incl. the no-op) commits
         self.pending_conf_index = last
-        self._append([LogEntry(last + 1, self.term, EntryType.NOOP, b"")])
+        ents = [LogEntry(last + 1, self.term, EntryType.NOOP, b"")]
+        seal = self._founding_seal()
+        if seal is not None:
+            # Record the founders' incarnations before any data can follow: every
+            # later entry commits only after this one. Quorums do not change.
+            ents.append(LogEntry(last + 2, self.term, EntryType.CONFIG, seal.encode()))
+            self.pending_conf_index = last + 2
+        self._append(ents)
         self._bcast_append()
+
+    def _founding_seal(self) -> Membership | None:
+        """The configuration recording the incarnations a new leader knows, when its
+        membership records none yet (cluster founding or a rolling upgrade).
+        A peer that did not say it is legacy is recorded only when this leader is
+        new itself (founding: nothing was committed before); in an upgraded
+        cluster such a peer may be a wiped node and is left to the replacement path."""
+        if not self.cfg.incarnation or self.membership.sealed():
+            return None
+        incs = {self.id: self.cfg.incarnation}
+        for pid in self.membership.members():
+            seen = self.peer_identity.get(pid)
+            if pid == self.id or seen is None or not seen[0]:
+                continue
+            if seen[1] & IDENTITY_LEGACY or not self.cfg.legacy:
+                incs[pid] = seen[0]
+        return self.membership.with_incarnations(incs)
 
     def _new_progress(self, pid: int, next_index: int) -> Progress:
         return Progress(
@@ -402,6 +563,7 @@ class RawNode:
             next=next_index,
             inflights=Inflights(self.cfg.max_inflight_msgs, self.cfg.max_inflight_bytes),
             is_learner=pid in self.membership.learners,
+            incarnation=self.peer_identity.get(pid, (0, 0))[0],
         )
 
     def campaign(self, transfer: bool = False) -> None:
@@ -418,7 +580,7 @@ class RawNode:
         else:
             self._become_candidate()
             vote_term = self.term
-        self.votes[self.id] = True
+        self.votes[self.id] = self.may_vote
         if self._tally() is not VoteResult.PENDING:
             return
         last_index, last_term = self.log.last_index(), self.log.last_term()
@@ -434,6 +596,7 @@ class RawNode:
                     last_term=last_term,
                     pre_vote=pre,
                     transfer=transfer,
+                    voter_incarnation=self.membership.incarnation_of(v),
                 )
             )
 
@@ -453,6 +616,8 @@ class RawNode:
         """Process one message addressed to this node."""
         if m.dst != self.id:
             return
+        if m.incarnation:
+            self._note_identity(m)
         if m.term == 0:
             pass  # term-less (forwarded ReadIndex)
         elif m.term > self.term:
@@ -495,7 +660,38 @@ class RawNode:
         else:
             self._step_candidate(m)
 
+    def _note_identity(self, m: Message) -> None:
+        self.peer_identity[m.src] = (m.incarnation, m.identity)
+        pr = self.progress.get(m.src) if self.role is Role.LEADER else None
+        if pr is not None and pr.incarnation != m.incarnation:
+            if pr.incarnation:
+                # another storage answers for this id: what the old one acknowledged
+                # is not on this one; probe it from scratch
+                new = self._new_progress(m.src, self.log.last_index() + 1)
+                new.recent_active = pr.recent_active
+                self.progress[m.src] = pr = new
+            pr.incarnation = m.incarnation
+
     def _handle_vote(self, m: RequestVote) -> None:
+        if self.cfg.incarnation and m.voter_incarnation == self.cfg.incarnation:
+            refuse = False  # the candidate's (up-to-date) membership admitted this storage
+        elif self.id in self.membership.voters:
+            refuse = not self.may_vote
+        else:
+            refuse = self.is_replacement()
+        # (a node outside its own configuration votes as in plain Raft: the
+        # candidate counts its grant only from the incarnation it records)
+        if refuse or (m.incarnation and not self.counts(m.src, m.incarnation)):
+            # a node that cannot vouch for its vote record grants nothing, and a
+            # candidate on storage the membership does not know gets nothing
+            # (at term 0 there is no term to answer with: the candidate times out)
+            if self.term:
+                self._send(
+                    RequestVoteResponse(
+                        src=self.id, dst=m.src, term=self.term, granted=False, pre_vote=m.pre_vote
+                    )
+                )
+            return
         can_vote = (
             self.vote == m.src
             or (self.vote == 0 and self.lead == 0)
@@ -544,7 +740,8 @@ class RawNode:
             if m.pre_vote != (self.role is Role.PRE_CANDIDATE):
                 return
             if m.src in self.membership.voters:
-                self.votes.setdefault(m.src, m.granted)
+                granted = m.granted and (not m.incarnation or self.counts(m.src, m.incarnation))
+                self.votes.setdefault(m.src, granted)
                 self._tally()
 
     # ------------------------------------------------------------- follower
@@ -689,7 +886,7 @@ class RawNode:
             self._send_snapshot_chunk(m.src, pr)  # re-send a chunk that may be lost
         elif pr.match < self.log.last_index():
             self._send_append(m.src)
-        if m.context and self._reads:
+        if m.context and self._reads and self._counts_progress(m.src):
             for r in self._reads:
                 if r.seq > m.context:
                     break
@@ -699,7 +896,10 @@ class RawNode:
     def _maybe_commit(self) -> bool:
         """Advance commit to the majority match if that entry is of this term."""
         pr = self.progress
-        mci = committed_index(self.membership.voters, lambda v: pr[v].match if v in pr else 0)
+        mci = committed_index(
+            self.membership.voters,
+            lambda v: pr[v].match if v in pr and self._counts_progress(v) else 0,
+        )
         if not self.log.maybe_commit(mci, self.term):
             return False
         if self._reads_waiting:
@@ -852,6 +1052,19 @@ class RawNode:
             raise ProposalDroppedError("no entry of the current term committed yet")
         if not is_single_step(self.membership, new):
             raise ValueError(f"not a single-server change: {self.membership} -> {new}")
+        if self.cfg.incarnation and new.sealed():
+            for v in new.voters - self.membership.voters:
+                recorded = new.incarnation_of(v)
+                pr = self.progress.get(v)
+                if not recorded or pr is None or pr.incarnation != recorded:
+                    # a voter must be known by its storage: it catches up as a
+                    # learner, the leader records the incarnation it answers
+                    # from, then it is promoted (else the new quorum could
+                    # include a member whose acknowledgements never count)
+                    raise NotYetAdmissibleError(
+                        f"node {v} does not answer from its recorded incarnation yet: add "
+                        "it as a learner and promote it once it has caught up"
+                    )
         index = self.log.last_index() + 1
         self._append([LogEntry(index, self.term, EntryType.CONFIG, new.encode())])
         self.pending_conf_index = index

@@ -79,6 +79,9 @@ class Progress:
     snap_offset: int = 0
     """SNAPSHOT only: byte offset of the next chunk to send."""
     snap_term: int = field(default=0)
+    incarnation: int = 0
+    """The follower's storage incarnation this progress describes (0: not heard yet).
+    Invariant: match was acknowledged by that incarnation; a new one resets it."""
 
     def become_probe(self) -> None:
         """Back to one-at-a-time appends from match + 1 (or after a sent snapshot)."""

@@ -1,9 +1,14 @@
 """The asyncio runtime around the pure Raft core: storage, transport, FSM calls.
 
 Public surface:
-    RaftNode        one node of one group: apply / read_index / transfer_leader / status;
-                    reads: term, commit_index, applied, leader_id, last_leader_id,
+    RaftHost        one per process: hosts many groups over one transport, one tick
+                    loop, one disk writer (one fsync round) and one data directory;
+                    add_group / remove_group / stop; heartbeats coalesced per peer
+    RaftGroup       one group's replica in a host: apply / read_index / transfer_leader /
+                    status; reads: term, commit_index, applied, leader_id, last_leader_id,
                     is_leader(), membership(), first_index(), read_committed()
+    RaftNode        the single-group API: a RaftGroup with its own host (start/stop)
+    HostOptions     what a host shares among its groups
     StateMachine    the callbacks an application implements (braft's FSM)
     ApplyResult     (index, term, result) of an applied proposal
     NodeOptions     typed configuration
@@ -19,8 +24,10 @@ from raftlog.runtime.errors import (
     ProposalTimeoutError,
     RaftError,
 )
-from raftlog.runtime.node import NodeStats, RaftNode
-from raftlog.runtime.options import NodeOptions
+from raftlog.runtime.group import NodeStats, RaftGroup
+from raftlog.runtime.host import HostStats, RaftHost
+from raftlog.runtime.node import RaftNode
+from raftlog.runtime.options import HostOptions, NodeOptions
 from raftlog.runtime.snapshots import SnapshotStore
 from raftlog.runtime.state_machine import ApplyResult, StateMachine
 from raftlog.storage import LogRangeError
@@ -28,6 +35,8 @@ from raftlog.storage import LogRangeError
 __all__ = [
     "ApplyResult",
     "BusyError",
+    "HostOptions",
+    "HostStats",
     "LeaderChangedError",
     "LogRangeError",
     "NodeOptions",
@@ -36,6 +45,8 @@ __all__ = [
     "NotLeaderError",
     "ProposalTimeoutError",
     "RaftError",
+    "RaftGroup",
+    "RaftHost",
     "RaftNode",
     "SnapshotStore",
     "StateMachine",

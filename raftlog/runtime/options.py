@@ -42,6 +42,14 @@ class NodeOptions:
     """Committed entry bytes handed to the apply loop per Raft loop turn."""
     snapshot_chunk_bytes: int = 1 << 20
     """Snapshot bytes per InstallSnapshot message to a lagging follower."""
+    identity: bool = True
+    """Node identity (docs/raft-core.md, "Node identity"): the group's storage gets
+    an incarnation (raftlog/storage/identity.py), messages carry it, and storage
+    the membership does not know never votes until admitted. Off: plain Raft,
+    which assumes disks never forget (tests of the protocol alone)."""
+    cluster_id: str = ""
+    """The cluster this node belongs to ("": take the data directory's, or make
+    one). A data directory of another cluster is refused at start-up."""
     storage: StorageOptions = field(default_factory=StorageOptions)
 
     def __post_init__(self) -> None:
@@ -71,7 +79,38 @@ class NodeOptions:
                 f"NodeOptions.heartbeat_ticks must be below election_ticks ({self.election_ticks})"
                 f", got {self.heartbeat_ticks}"
             )
+        if self.cluster_id and not (
+            len(self.cluster_id) <= 64
+            and all(ch.isalnum() or ch in "-_." for ch in self.cluster_id)
+        ):
+            raise ValueError(
+                "NodeOptions.cluster_id must be at most 64 letters, digits, '-', '_' or '.', "
+                f"got {self.cluster_id!r}"
+            )
         for name in ("snapshot_every_entries", "snapshot_keep_entries"):
             value = getattr(self, name)
             if value < 0:
                 raise ValueError(f"NodeOptions.{name} must be >= 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class HostOptions:
+    """What a RaftHost shares among its groups (one per process)."""
+
+    tick_ms: int = 30
+    """The one tick of every hosted group (each group's NodeOptions.tick_ms must match)."""
+    housekeeping_s: float = 0.1
+    """Period of the proposal/read timeout sweep and commit checkpoints of all groups."""
+    coalesce_heartbeats: bool = True
+    """Send every group's heartbeats (and responses) to a peer as one message per
+    loop iteration instead of one message per group."""
+    storage: StorageOptions = field(default_factory=StorageOptions)
+    """Options of the data directory's LogEnvironment (groups opened there)."""
+
+    def __post_init__(self) -> None:
+        if self.tick_ms <= 0:
+            raise ValueError(f"HostOptions.tick_ms must be positive, got {self.tick_ms}")
+        if self.housekeeping_s <= 0:
+            raise ValueError(
+                f"HostOptions.housekeeping_s must be positive, got {self.housekeeping_s}"
+            )

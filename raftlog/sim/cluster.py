@@ -13,7 +13,12 @@ restart rebuilds the node from what was persisted.
 
 Faults: message drop, duplication, random delay (hence reordering), network
 partitions, crashes/restarts, compaction (forcing InstallSnapshot), leader
-transfers, ReadIndex requests and single-server membership changes.
+transfers, ReadIndex requests and single-server membership changes, and storage
+loss (`lose_storage`): a node loses its whole storage, its hard state (vote
+record), or its log from some index on (a lost suffix, or a damaged range in the
+middle of which only the intact prefix is kept). With `identity` on, a node whose
+storage lost anything restarts under a new incarnation, as the real storage layer
+does (raftlog/storage/identity.py), and must be re-admitted before it votes.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from raftlog.core import (
     Ready,
     Role,
 )
-from raftlog.entry import EntryType, LogEntry
+from raftlog.entry import EntryType, HardState, LogEntry
 from raftlog.sim.invariants import Checker
 
 TICK = 10
@@ -68,6 +73,10 @@ class SimParams:
     """Relative frequency of crashes among the chaos actions."""
     leader_bias: float = 0.0
     """Probability that a crash or partition targets the current leader."""
+    identity: bool = False
+    """Nodes run with incarnations (docs/raft-core.md, "Node identity")."""
+    storage_loss_weight: int = 0
+    """Relative frequency of storage-loss faults among the chaos actions."""
 
 
 def _digest(prev: bytes, e: LogEntry) -> bytes:
@@ -110,6 +119,10 @@ class SimCluster:
         self.groups: list[set[int]] | None = None  # partition, None = healed
         self.proposed = 0
         self.reads = 0
+        self.losses = 0
+        # incarnations come from their own stream so the fault schedule of a seed
+        # does not depend on them
+        self._inc_rng = random.Random(f"incarnations-{seed}")
         ids = range(1, params.voters + params.spares + 1)
         voters = tuple(range(1, params.voters + 1))
         for i in ids:
@@ -124,6 +137,7 @@ class SimCluster:
                 max_inflight_msgs=params.max_inflight_msgs,
                 max_inflight_bytes=params.max_inflight_bytes,
                 snapshot_chunk_bytes=params.snapshot_chunk_bytes,
+                incarnation=self._new_incarnation() if params.identity else 0,
             )
             sn = SimNode(i, cfg)
             self.nodes[i] = sn
@@ -183,6 +197,67 @@ class SimCluster:
         self.log(f"RESTART {nid}: {sn.node}")
         self.check.on_restart(nid, sn.node)  # type: ignore[arg-type]
         self.check.on_digest(nid, sn.applied, sn.digest) if sn.applied else None
+
+    def _new_incarnation(self) -> int:
+        return self._inc_rng.randrange(1, 2**63)
+
+    LOSS_KINDS = ("all", "hard_state", "suffix", "middle")
+
+    def lose_storage(self, nid: int, kind: str) -> bool:
+        """Crash `nid` and damage its storage (`kind` in LOSS_KINDS); it stays down
+        until restarted. Returns False (and does nothing) when no entry's survival
+        could be guaranteed: see `_loss_allowed`."""
+        sn = self.nodes[nid]
+        if not self._loss_allowed(nid):
+            return False
+        self.crash(nid)
+        st = sn.storage
+        if kind == "all":
+            sn.storage = MemoryStorage()
+        elif kind == "hard_state":
+            st.hard_state = HardState()
+        else:
+            lo, hi = st.first_index(), st.last_index()
+            if lo > hi:
+                sn.storage = MemoryStorage()  # only a snapshot: lose it all
+            else:
+                # suffix: entries from k on are gone; middle: a damaged range
+                # [k, k2] inside the log, of which only the prefix before k stays
+                # usable (the log must stay contiguous)
+                k = self.rng.randint(lo, hi)
+                del st._ents[k - lo :]
+                hs = st.hard_state
+                st.hard_state = HardState(hs.term, hs.vote, min(hs.commit, st.last_index()))
+        sn.applied, sn.digest = 0, b""
+        if self.p.identity:
+            sn.cfg = replace(sn.cfg, incarnation=self._new_incarnation())
+        self.losses += 1
+        self.check.on_storage_loss(nid)
+        self.log(f"LOSE {kind} of {nid} (new incarnation {sn.cfg.incarnation})")
+        return True
+
+    def _loss_allowed(self, nid: int) -> bool:
+        """A loss must leave the cluster able to vouch for its data: at most one
+        voter at a time is a replacement. So: a live leader exists whose newest
+        configuration is committed and records, for every other voter, the
+        incarnation that voter now has (no replacement still catching up)."""
+        if not self.p.identity:
+            return True
+        ld = self.leader()
+        if ld is None or ld.node is None:
+            return False
+        node = ld.node
+        m = node.membership
+        if node.pending_conf_index > node.log.committed:
+            return False
+        if nid in m.voters and len(m.voters) - 1 < len(m.voters) // 2 + 1:
+            return False  # 1 or 2 voters: the others cannot outvote the loss
+        for v in m.voters:
+            if v == nid:
+                continue
+            if m.incarnation_of(v) != self.nodes[v].cfg.incarnation:
+                return False
+        return True
 
     # ------------------------------------------------------------- network
     def connected(self, a: int, b: int) -> bool:
@@ -366,8 +441,16 @@ class SimCluster:
         choices: list[Membership] = []
         if outside:
             choices.append(m.add_learner(self.rng.choice(outside)))
-        if m.learners:
-            choices.append(m.add_voter(self.rng.choice(sorted(m.learners))))
+        # like an operator reading `raftsink status`: promote only a learner the
+        # membership knows by the storage it has now (a learner that lost its
+        # storage unnoticed would make a configuration nobody can commit)
+        promotable = sorted(
+            i
+            for i in m.learners
+            if not self.p.identity or m.incarnation_of(i) == self.nodes[i].cfg.incarnation
+        )
+        if promotable:
+            choices.append(m.add_voter(self.rng.choice(promotable)))
         if len(m.voters) > 3:
             choices.append(m.remove(self.rng.choice(sorted(m.voters))))
         if m.learners:

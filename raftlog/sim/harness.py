@@ -80,12 +80,16 @@ class Cluster:
         voters: Iterable[int] = (1, 2, 3),
         learners: Iterable[int] = (),
         seed: int = 0,
+        incarnations: bool = False,
         **cfg: object,
     ) -> None:
         self.voters = tuple(voters)
         self.learners = tuple(learners)
         self.rng = random.Random(seed)
         self.base_cfg = cfg
+        # with incarnations, node i's storage starts as incarnation 1000 + i; a wipe
+        # gives it a new one (wipe())
+        self.incarnations = incarnations
         self.peers: dict[int, Peer] = {}
         self.cut_links: set[tuple[int, int]] = set()
         self.filters: list[MessageFilter] = []
@@ -95,6 +99,8 @@ class Cluster:
 
     def add_peer(self, i: int, peers: Iterable[int] = (), learners: Iterable[int] = ()) -> Peer:
         cfg = RaftConfig(id=i, peers=tuple(peers), learners=tuple(learners), **self.base_cfg)  # type: ignore[arg-type]
+        if self.incarnations:
+            cfg = replace(cfg, incarnation=1000 + i)
         st = MemoryStorage()
         p = Peer(i, cfg, st, RawNode(cfg, st, random.Random(self.rng.random())))
         self.peers[i] = p
@@ -219,6 +225,15 @@ class Cluster:
         cfg = replace(p.cfg, applied=p.applied_index)
         p.node = RawNode(cfg, st, random.Random(self.rng.random()), st.hard_state)
         p.alive = True
+
+    def wipe(self, i: int) -> None:
+        """Peer i loses its whole storage and restarts empty (a new incarnation when
+        the cluster runs with incarnations; the same id and configuration)."""
+        p = self.peers[i]
+        p.storage = MemoryStorage()
+        if p.cfg.incarnation:
+            p.cfg = replace(p.cfg, incarnation=p.cfg.incarnation + 100)
+        self.restart(i)
 
     def compact(self, i: int, index: int | None = None) -> None:
         """Snapshot peer i's state machine at its applied index and compact."""

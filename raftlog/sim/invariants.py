@@ -128,6 +128,12 @@ class Checker:
     def on_crash(self, nid: int) -> None:
         self.last_role.pop(nid, None)
 
+    def on_storage_loss(self, nid: int) -> None:
+        """The node's storage forgot (part of) its log and state: its own commit
+        index may restart lower. Everything else (what was committed, what each
+        index holds) stays checked against the whole cluster's history."""
+        self.last_commit.pop(nid, None)
+
     # state machine -------------------------------------------------------------
     def on_apply(self, nid: int, e: LogEntry, digest: bytes) -> None:
         seen = self.applied.setdefault(e.index, e)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from raftlog.sim.cluster import TICK, SimCluster, SimParams
 
@@ -53,6 +53,10 @@ def params_for(seed: int) -> SimParams:
         fsync_max=r.choice([0, 2, 8, 30]),
         crash_weight=r.choice([3, 3, 12]),
         leader_bias=r.choice([0.0, 0.5, 0.9]),
+        identity=(identity := r.random() < 0.8),
+        # storage loss is only survivable with node identity (the mutation test
+        # in tests/sim/test_sim_storage_loss.py turns it on without)
+        storage_loss_weight=r.choice([0, 2, 6]) if identity else 0,
     )
 
 
@@ -66,6 +70,7 @@ ACTIONS = (
     ("restart", 5),
     ("transfer", 2),
     ("reconfigure", 3),
+    ("lose_storage", 0),
 )
 
 
@@ -74,6 +79,7 @@ def _chaos_action(c: SimCluster, r: random.Random) -> None:
     weights = [w for _, w in ACTIONS]
     weights[names.index("crash")] = c.p.crash_weight
     weights[names.index("restart")] = c.p.crash_weight + 2
+    weights[names.index("lose_storage")] = c.p.storage_loss_weight
     action = r.choices(names, weights)[0]
     if action == "crash":
         live = c.live()
@@ -84,6 +90,8 @@ def _chaos_action(c: SimCluster, r: random.Random) -> None:
             c.crash(r.choice(live).id)
     elif action == "partition" and r.random() < c.p.leader_bias:
         c.isolate_leader()
+    elif action == "lose_storage":
+        c.lose_storage(r.choice(list(c.nodes)), r.choice(c.LOSS_KINDS))
     elif action == "restart":
         down = [n for n in c.nodes.values() if not n.alive]
         if down:
@@ -92,8 +100,11 @@ def _chaos_action(c: SimCluster, r: random.Random) -> None:
         getattr(c, action)()
 
 
-def run_seed(seed: int, steps: int = DEFAULT_STEPS, verbose: bool = False) -> SimResult:
-    params = params_for(seed)
+def run_seed(
+    seed: int, steps: int = DEFAULT_STEPS, verbose: bool = False, **overrides: object
+) -> SimResult:
+    """One run; `overrides` replace fields of the seed's SimParams (tests)."""
+    params = replace(params_for(seed), **overrides)  # type: ignore[arg-type]
     c: SimCluster | None = None
     try:
         c = SimCluster(seed, params)

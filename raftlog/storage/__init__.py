@@ -2,13 +2,17 @@
 
 Public surface:
     LogStore        synchronous log on disk (open, append, read, truncate, recover)
-    DiskQueue       asyncio front: one writer thread, group commit, in-memory tail
+    DiskQueue       asyncio front: group commit, in-memory tail (one group's log)
+    DiskWriter      the writer thread: one round and one fsync round for many DiskQueues
     LogEnvironment  the group logs of one data directory sharing one LMDB index
     StorageOptions  typed configuration with documented defaults
+    DiskGuard       the free-space reserve of the volumes a node writes (DiskLevel)
     verify_data_dir read-only integrity check of a data directory
 """
 
+from raftlog.storage.disk_guard import DiskGuard, DiskLevel, reserve_for
 from raftlog.storage.disk_queue import DiskQueue
+from raftlog.storage.disk_writer import DiskWriter, WriterStats
 from raftlog.storage.environment import LogEnvironment
 from raftlog.storage.errors import (
     CorruptLogError,
@@ -24,7 +28,10 @@ from raftlog.storage.verify import VerifyReport, verify_data_dir
 __all__ = [
     "CorruptLogError",
     "DataDirLockedError",
+    "DiskGuard",
+    "DiskLevel",
     "DiskQueue",
+    "DiskWriter",
     "LogEnvironment",
     "LogRangeError",
     "LogStore",
@@ -33,5 +40,7 @@ __all__ = [
     "StorageOptions",
     "StoreStats",
     "VerifyReport",
+    "WriterStats",
+    "reserve_for",
     "verify_data_dir",
 ]

@@ -1,11 +1,13 @@
 """DiskQueue: braft's LogManager disk thread, in front of a LogStore.
 
-Callers on the asyncio event loop submit operations and get futures; one
-writer thread takes everything queued (up to a cap in entries and bytes),
-writes it with one write and ONE fdatasync, then completes all of the batch's
-futures with a single hop back to the loop. Truncations, resets and hard-state
-saves go through the same queue, so they are ordered with the appends around
-them exactly as submitted.
+Callers on the asyncio event loop submit operations and get futures; a
+writer thread (disk_writer.DiskWriter: private to this queue, or shared by
+every group of a RaftHost) takes everything queued (up to a cap in entries and
+bytes), writes it with one write and ONE fdatasync (one fsync round for all the
+groups of the round), then completes all of the batch's futures with a single
+hop back to the loop. Truncations, resets and hard-state saves go through the
+same queue, so they are ordered with the appends around them exactly as
+submitted.
 
 The in-memory tail holds every entry from submission until it is both durable
 and applied (set_applied), so the leader can send entries to followers and the
@@ -20,19 +22,22 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from raftlog.entry import HardState, LogEntry, SnapshotMeta
+from raftlog.storage.disk_writer import DiskWriter
 from raftlog.storage.errors import LogRangeError, StorageClosedError
 from raftlog.storage.log_store import LogStore
 
 log = logging.getLogger("raftlog.storage")
 
-_APPEND, _TRUNCATE_SUFFIX, _TRUNCATE_PREFIX, _RESET, _HARD_STATE, _SNAPSHOT, _SYNC = range(7)
+_APPEND, _TRUNCATE_SUFFIX, _TRUNCATE_PREFIX, _RESET, _HARD_STATE, _SNAPSHOT, _SYNC, _CLOSE = range(
+    8
+)
 
 
 @dataclass(slots=True)
@@ -64,15 +69,30 @@ class DiskQueue:
     value that may be counted toward a Raft quorum).
     """
 
-    def __init__(self, store: LogStore, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self,
+        store: LogStore,
+        loop: asyncio.AbstractEventLoop | None = None,
+        writer: DiskWriter | None = None,
+    ) -> None:
         self.store = store
         self.options = store.options
         self.stats = QueueStats()
         self._loop = loop or asyncio.get_running_loop()
+        # Without a writer the queue owns a private one (closed with the queue).
+        self._own_writer = writer is None
+        self._writer = writer if writer is not None else DiskWriter(self._loop)
+        if self._writer.loop is not self._loop:
+            raise ValueError("a disk queue and its writer must share one event loop")
+        self._cond = self._writer.cond  # guards _ops (shared with the writer thread)
         self._ops: collections.deque[_Op] = collections.deque()
-        self._cond = threading.Condition()
         self._closing = False
         self._failed: BaseException | None = None
+        self._failed_now: list[_Op] = []  # writer thread: ops failed in this round
+        self._dirty = False  # writer thread: appends written, not yet synced
+        # writer thread: a hard-state op of this round, saved by the writer together
+        # with every other group's (one LMDB transaction and one sync per round)
+        self._staged_hs: _Op | None = None
         # Tail: entries [_tail_base, _tail_base + len(_tail)) in submission order.
         self._tail: list[LogEntry] = []
         self._tail_base = store.last_index() + 1
@@ -84,8 +104,6 @@ class DiskQueue:
         self._inflight: collections.deque[_Op] = collections.deque()  # appends not yet completed
         self._space = asyncio.Event()
         self._space.set()
-        self._thread = threading.Thread(target=self._run, name="raftlog-disk", daemon=True)
-        self._thread.start()
 
     # ------------------------------------------------------------ submission
 
@@ -156,7 +174,7 @@ class DiskQueue:
             return op.future
         with self._cond:
             self._ops.append(op)
-            self._cond.notify()
+            self._writer.notify(self)
         return op.future
 
     async def wait_for_space(self) -> None:
@@ -231,43 +249,49 @@ class DiskQueue:
     # ---------------------------------------------------------------- closing
 
     async def close(self) -> None:
-        """Finish every queued operation, stop the writer thread, close the store."""
+        """Finish every queued operation, close the store (and a private writer)."""
         if self._closing:
             return
+        fut = self._submit(_Op(_CLOSE, self._loop.create_future()))
         self._closing = True
-        with self._cond:
-            self._cond.notify()
-        await asyncio.to_thread(self._thread.join)
-        self.store.close()
+        try:
+            await fut
+        except StorageClosedError:
+            if self._failed is None:
+                raise
+            with contextlib.suppress(Exception):  # already failed: release what we can
+                await asyncio.to_thread(self.store.close)
+        finally:
+            if self._own_writer:
+                await self._writer.close()
 
     # ---------------------------------------------------------- writer thread
+    # Called by the DiskWriter's thread only (one round at a time).
 
-    def _take_batch(self) -> list[_Op]:
-        """Everything queued up to the caps; a run of appends, or one other op."""
+    def _take_ops(self) -> list[_Op]:
+        """A run of queued appends up to the caps, or one other operation (as a
+        private writer takes them: each non-append op completes in its own round,
+        after the appends before it). Caller holds the writer's cond."""
         opts = self.options
-        with self._cond:
-            while not self._ops and not self._closing:
-                if not self._cond.wait(self._write_cache_wait()):
-                    return []  # timed out: _run flushes the write cache if it is due
-            if not self._ops:
-                return []
-            first = self._ops.popleft()
-            if first.kind != _APPEND:
-                return [first]
-            batch = [first]
-            n, size = len(first.entries), first.nbytes
-            while self._ops and self._ops[0].kind == _APPEND:
-                nxt = self._ops[0]
-                if (
-                    n + len(nxt.entries) > opts.queue_max_batch_entries
-                    or size + nxt.nbytes > opts.queue_max_batch_bytes
-                ):
-                    break
-                self._ops.popleft()
-                batch.append(nxt)
-                n += len(nxt.entries)
-                size += nxt.nbytes
-            return batch
+        ops = self._ops
+        if not ops:
+            return []
+        first = ops.popleft()
+        if first.kind != _APPEND:
+            return [first]
+        batch = [first]
+        n, size = len(first.entries), first.nbytes
+        while ops and ops[0].kind == _APPEND:
+            nxt = ops[0]
+            if (
+                n + len(nxt.entries) > opts.queue_max_batch_entries
+                or size + nxt.nbytes > opts.queue_max_batch_bytes
+            ):
+                break
+            batch.append(ops.popleft())
+            n += len(nxt.entries)
+            size += nxt.nbytes
+        return batch
 
     def _write_cache_wait(self) -> float | None:
         if not self.options.write_caching or self._unsynced_since is None:
@@ -278,75 +302,134 @@ class DiskQueue:
     def _write_cache_due(self) -> bool:
         return self._unsynced_since is not None and (self._write_cache_wait() or 0.0) <= 0.0
 
+    def _unsynced_cached(self) -> bool:
+        return self._unsynced_since is not None and self._failed is None
+
     _unsynced_since: float | None = None
     _unsynced_bytes: int = 0
 
-    def _run(self) -> None:
+    def _write_round(self, ops: list[_Op]) -> list[_Op]:
+        """Run ops in order (appends written, not yet synced); the ops that succeeded."""
+        self._failed_now = []
+        if self._failed is not None:
+            self._failed_now = ops
+            return []
+        t0 = time.perf_counter()
         store = self.store
-        while True:
-            batch = self._take_batch()
-            if not batch:
-                if self.options.write_caching and self._write_cache_due():
-                    self._run_ops_safely([], self._flush_write_cache)
+        done: list[_Op] = []
+        run: list[_Op] = []  # consecutive appends, written with one write
+        if len(ops) == 1 and ops[0].kind == _HARD_STATE:
+            try:
+                self._sync_store()  # the appends before it are synced first
+            except BaseException as exc:
+                self._failed = exc
+                log.error("storage.disk_queue_failed dir=%s error=%r", store.directory, exc)
+                self._failed_now = list(ops)
+                return []
+            self._staged_hs = ops[0]
+            return []
+        try:
+            for op in ops:
+                if op.kind == _APPEND:
+                    run.append(op)
                     continue
-                if self._closing and not self._ops:
-                    if self._failed is None and self._unsynced_since is not None:
-                        self._run_ops_safely([], self._flush_write_cache)
-                    return
-                continue
-            if self._failed is not None:
-                self._loop.call_soon_threadsafe(self._fail_ops, batch, self._failed)
-                continue
-            t0 = time.perf_counter()
-            kind = batch[0].kind
-            if kind == _APPEND:
-                self._run_ops_safely(batch, self._write_appends, batch)
-            elif kind == _TRUNCATE_SUFFIX:
-                self._run_ops_safely(batch, store.truncate_suffix, batch[0].arg)
-            elif kind == _TRUNCATE_PREFIX:
-                self._run_ops_safely(batch, store.truncate_prefix, batch[0].arg)
-            elif kind == _RESET:
-                self._run_ops_safely(batch, store.reset, *batch[0].arg)
-            elif kind == _HARD_STATE:
-                self._run_ops_safely(batch, store.save_hard_state, *batch[0].arg)
-            elif kind == _SNAPSHOT:
-                self._run_ops_safely(batch, store.save_snapshot_meta, batch[0].arg)
-            elif kind == _SYNC:
-                self._run_ops_safely(batch, self._flush_write_cache)
-            self.stats.write_seconds += time.perf_counter() - t0
+                if run:
+                    self._write_appends(run)
+                    done.extend(run)
+                    run = []
+                # Everything before a non-append op is synced first (as with a
+                # private writer): a commit checkpoint never gets ahead of the log.
+                if op.kind != _CLOSE:
+                    self._sync_store()
+                kind = op.kind
+                if kind == _TRUNCATE_SUFFIX:
+                    store.truncate_suffix(op.arg)
+                elif kind == _TRUNCATE_PREFIX:
+                    store.truncate_prefix(op.arg)
+                elif kind == _RESET:
+                    store.reset(*op.arg)
+                elif kind == _HARD_STATE:
+                    store.save_hard_state(*op.arg)
+                elif kind == _SNAPSHOT:
+                    store.save_snapshot_meta(op.arg)
+                elif kind == _SYNC:
+                    self._sync_store(force=True)
+                elif kind == _CLOSE:
+                    self._sync_store(force=True)
+                    store.close()
+                done.append(op)
+            if run:
+                self._write_appends(run)
+                done.extend(run)
+        except BaseException as exc:  # a failed write stops this queue for good
+            self._failed = exc
+            log.error("storage.disk_queue_failed dir=%s error=%r", store.directory, exc)
+            self._failed_now = [op for op in ops if op not in done]
+            # The appends of `done` were written but their sync never ran.
+            self._failed_now.extend(op for op in done if op.kind == _APPEND)
+            done = [op for op in done if op.kind != _APPEND]
+        self.stats.write_seconds += time.perf_counter() - t0
+        return done
 
     def _write_appends(self, batch: list[_Op]) -> None:
         entries = [e for op in batch for e in op.entries]
-        caching = self.options.write_caching
-        self.store.append(entries, sync=not caching)
-        if caching:
+        self.store.append(entries, sync=False)
+        self._dirty = True
+        if self.options.write_caching:
             if self._unsynced_since is None:
                 self._unsynced_since = time.monotonic()
             self._unsynced_bytes += sum(op.nbytes for op in batch)
-            if self._unsynced_bytes >= self.options.write_cache_max_bytes:
-                self._flush_write_cache()
         st = self.stats
         st.batches += 1
         st.batched_ops += len(batch)
         st.max_batch_entries = max(st.max_batch_entries, len(entries))
 
-    def _flush_write_cache(self) -> None:
+    def _sync_round(self, force: bool = False) -> int:
+        """The writer's fsync round for this queue: the number of files synced.
+        A failure fails the queue (its appends of the round are then failed)."""
+        if self._failed is not None:
+            return 0
+        try:
+            return self._sync_store(force)
+        except BaseException as exc:
+            self._failed = exc
+            log.error("storage.disk_queue_failed dir=%s error=%r", self.store.directory, exc)
+            return 0
+
+    def _sync_store(self, force: bool = False) -> int:
+        """fdatasync what this queue wrote (write caching: only when due or forced)."""
+        if not self._dirty and self._unsynced_since is None:
+            return 0
+        opts = self.options
+        if (
+            opts.write_caching
+            and not force
+            and (self._unsynced_bytes < opts.write_cache_max_bytes and not self._write_cache_due())
+        ):
+            return 0
+        before = self.store.stats.syncs
         self.store.sync()
+        self._dirty = False
         self._unsynced_since = None
         self._unsynced_bytes = 0
-
-    def _run_ops_safely(self, batch: list[_Op], fn: Callable[..., object], *args: object) -> None:
-        try:
-            fn(*args)
-        except BaseException as exc:  # a failed write stops the queue for good
-            self._failed = exc
-            log.error("storage.disk_queue_failed error=%r", exc)
-            self._loop.call_soon_threadsafe(self._fail_ops, batch, exc)
-            return
-        if batch:
-            self._loop.call_soon_threadsafe(self._complete_ops, batch)
+        return self.store.stats.syncs - before
 
     # ------------------------------------------------------- loop callbacks
+
+    def _complete_round(self, done: list[_Op]) -> None:
+        """On the loop: complete the round's successful ops, fail the rest."""
+        if self._failed is not None:
+            # Appends are only durable after the fsync round: if the queue
+            # failed in the round (write or sync), none of them is vouched for.
+            failed = self._failed_now + [op for op in done if op.kind == _APPEND]
+            done = [op for op in done if op.kind != _APPEND]
+            self._failed_now = []
+            if done:
+                self._complete_ops(done)
+            if failed:
+                self._fail_ops(failed, self._failed)
+            return
+        self._complete_ops(done)
 
     def _complete_ops(self, batch: list[_Op]) -> None:
         for op in batch:

@@ -23,7 +23,7 @@ import os
 import threading
 
 from raftlog.storage.errors import DataDirLockedError, StorageClosedError, StorageError
-from raftlog.storage.index import IndexEnv
+from raftlog.storage.index import IndexEnv, group_prefix
 from raftlog.storage.log_store import LogStore
 from raftlog.storage.options import StorageOptions
 
@@ -85,6 +85,31 @@ class LogEnvironment:
             )
             self._logs[group_id] = log
             return log
+
+    def delete_group(self, group_id: int) -> None:
+        """Forget group_id's log: every index key under its prefix, durably.
+
+        The group's log must be closed; the caller removes groups/<id>/ after
+        this returns (a crash in between leaves only files, which a reopened
+        empty log of that id would find: so remove the files before reusing
+        the id). Idempotent.
+        """
+        prefix = group_prefix(group_id)
+        with self._lock:
+            if self._closed or self._index is None:
+                raise StorageClosedError(f"log environment {self.root} is closed")
+            current = self._logs.get(group_id)
+            if current is not None and not current.closed:
+                raise StorageError(f"log of group {group_id} is open; close it first")
+            self._logs.pop(group_id, None)
+            ix = self._index
+            with ix.env.begin(write=True) as txn:
+                for db in (ix.entries, ix.segments, ix.meta, ix.configs):
+                    cur = txn.cursor(db=db)
+                    if cur.set_range(prefix):
+                        while cur.key()[: len(prefix)] == prefix and cur.delete():
+                            pass
+            ix.env.sync(True)
 
     def open_groups(self) -> list[int]:
         """Ids of the group logs open now, ascending."""

@@ -50,6 +50,7 @@ _FIRST_INDEX_KEY = b"first_index"
 _CHECKPOINT_KEY = b"checkpoint"
 _SNAPSHOT_KEY = b"snapshot"
 _INTENT_KEY = b"truncate_intent"
+_IDENTITY_KEY = b"identity"
 
 
 class Location(NamedTuple):
@@ -214,6 +215,11 @@ class LogIndex:
                 for i, v in self._scan(txn, self._segments)
             }
 
+    def identity(self) -> int:
+        """The storage incarnation stamped in this index (0: none)."""
+        raw = self._get_meta(_IDENTITY_KEY)
+        return _KEY.unpack(raw)[0] if raw else 0
+
     def _get_meta(self, key: bytes) -> bytes | None:
         with self.env.begin(db=self._meta) as txn:
             return txn.get(self._prefix + key)
@@ -278,6 +284,9 @@ class IndexWriter:
 
     def _delete_meta(self, key: bytes) -> None:
         self._txn.delete(self._ix._prefix + key, db=self._ix._meta)
+
+    def set_identity(self, incarnation: int) -> None:
+        self._put_meta(_IDENTITY_KEY, _KEY.pack(incarnation))
 
     def set_hard_state(self, hs: HardState) -> None:
         self._put_meta(_HARD_STATE_KEY, _HARD_STATE.pack(*hs))

@@ -12,7 +12,8 @@ Layout of a data directory:
     index/                   LMDB environment (see index.py)
     segments/*.seg           segment files (see segments.py)
 
-Ordering duties on disk:
+Recovery is in log_recovery.py, truncations and reset in log_truncate.py
+(mixins of LogStore). Ordering duties on disk:
 - append: frames written, then fdatasync; only then is the batch reported
   durable. Index locations follow lazily (checkpoints); recovery rebuilds the
   unindexed tail by scanning from the last checkpoint.
@@ -42,19 +43,19 @@ from raftlog.storage.errors import (
 from raftlog.storage.index import (
     Checkpoint,
     IndexEnv,
+    IndexWriter,
     Location,
     LogIndex,
-    TruncateIntent,
     group_prefix,
 )
+from raftlog.storage.log_recovery import RecoveryMixin
+from raftlog.storage.log_truncate import TruncateMixin
 from raftlog.storage.options import StorageOptions
 from raftlog.storage.segments import (
     FILE_HEADER_SIZE,
     FRAME_HEADER_SIZE,
     Segment,
     encode_frame_header,
-    fsync_dir,
-    parse_segment_name,
 )
 
 log = logging.getLogger("raftlog.storage")
@@ -73,7 +74,7 @@ class StoreStats:
     torn_tail_bytes_cut: int = 0
 
 
-class LogStore:
+class LogStore(RecoveryMixin, TruncateMixin):
     """A Raft log on disk. Open with LogStore.open(directory)."""
 
     def __init__(
@@ -167,220 +168,6 @@ class LogStore:
                 f"data directory {self.directory} is in use by another process"
             ) from None
 
-    def _recover(self) -> None:
-        self._hard_state = self._index.hard_state()
-        self._snapshot = self._index.snapshot()
-        first = self._index.first_index()
-        if first is not None:
-            self._first, self._prev_term = first
-        intent = self._index.truncate_intent()
-        if intent is not None:
-            log.warning(
-                "storage.recover redo_truncate from_index=%d segment=%d position=%d",
-                *intent,
-            )
-            self._cut_files(intent)
-            with self._index.writer(durable=True) as w:
-                w.set_truncate_intent(None)
-        self._recover_segments()
-
-    def _segment_files(self) -> list[int]:
-        firsts = []
-        for name in os.listdir(self._seg_dir):
-            first = parse_segment_name(name)
-            if first is not None:
-                firsts.append(first)
-        return sorted(firsts)
-
-    def _recover_segments(self) -> None:
-        on_disk = self._segment_files()
-        sealed = self._index.sealed_segments()
-        checkpoint = self._index.checkpoint()
-
-        # Sealed segments wholly below the first index are leftovers of a prefix truncation.
-        for first, info in sorted(sealed.items()):
-            if info.last_index < self._first:
-                self._delete_file(first)
-                with self._index.writer(durable=False) as w:
-                    w.forget_segment(first)
-                del sealed[first]
-                if first in on_disk:
-                    on_disk.remove(first)
-
-        for first, info in sorted(sealed.items()):
-            if first not in on_disk:
-                raise CorruptLogError(
-                    os.path.join(self._seg_dir, f"{first:020d}.seg"),
-                    0,
-                    "sealed segment file is missing",
-                )
-            seg = Segment(self._seg_dir, first)
-            seg.read_header()
-            if seg.file_size() < info.end:
-                raise CorruptLogError(
-                    seg.path, seg.file_size(), f"file is shorter than its indexed end {info.end}"
-                )
-            seg.end, seg.last_index = info.end, info.last_index
-            self._segments.append(seg)
-
-        # Everything after the checkpoint is rebuilt by scanning: the rest of the
-        # checkpoint's segment, then every later (unsealed) file.
-        if checkpoint is not None:
-            expect, prev_term = checkpoint.last_index + 1, checkpoint.last_term
-            self._pending_base = expect
-            if checkpoint.segment not in sealed:
-                if checkpoint.segment not in on_disk:
-                    raise CorruptLogError(
-                        os.path.join(self._seg_dir, f"{checkpoint.segment:020d}.seg"),
-                        0,
-                        "segment file named by the index checkpoint is missing",
-                    )
-                seg = Segment(self._seg_dir, checkpoint.segment)
-                seg.read_header()
-                if seg.file_size() < checkpoint.end:
-                    raise CorruptLogError(
-                        seg.path,
-                        seg.file_size(),
-                        f"file is shorter than its checkpointed end {checkpoint.end}",
-                    )
-                seg.end, seg.last_index = checkpoint.end, checkpoint.last_index
-                seg.last_term = checkpoint.last_term
-                self._segments.append(seg)
-            to_scan = [f for f in on_disk if f > checkpoint.segment]
-            tail_seg = self._segments[-1] if self._segments else None
-        else:
-            sealed_last = self._segments[-1] if self._segments else None
-            expect = (
-                sealed_last.last_index + 1
-                if sealed_last
-                else (on_disk[0] if on_disk else self._first)
-            )
-            prev_term = self._prev_term
-            self._pending_base = expect
-            to_scan = [f for f in on_disk if f not in sealed]
-            tail_seg = None
-
-        # Scan the rest of the checkpoint's segment (unless it is sealed: then
-        # its end is final), then each later file in order.
-        plan: list[tuple[Segment, int, bool]] = []
-        if tail_seg is not None and checkpoint is not None and checkpoint.segment not in sealed:
-            plan.append((tail_seg, tail_seg.end, False))
-        for first in to_scan:
-            plan.append((Segment(self._seg_dir, first), FILE_HEADER_SIZE, True))
-
-        max_frame = self.options.max_entry_bytes
-        for i, (seg, start, is_new) in enumerate(plan):
-            later = [p[0] for p in plan[i + 1 :]]
-            if is_new:
-                header_ok = self._check_new_file(seg, expect, later)
-                if not header_ok:
-                    break
-            frames, stop = seg.scan(start, expect, prev_term, max_frame)
-            for fr in frames:
-                self._pending.append(Location(seg.first_index, fr.position, fr.length, fr.term))
-                self._pending_bytes += fr.length
-                if fr.etype == EntryType.CONFIG:
-                    self._pending_configs.append(fr.index)
-            if frames:
-                expect = frames[-1].index + 1
-                prev_term = frames[-1].term
-                seg.last_index, seg.last_term = frames[-1].index, frames[-1].term
-                seg.end = frames[-1].position + frames[-1].length
-            elif is_new:
-                seg.end = FILE_HEADER_SIZE
-            if is_new:
-                self._segments.append(seg)
-            self.stats.recovered_tail_entries += len(frames)
-            if stop is not None:
-                self._cut_torn_tail(seg, stop.position, stop.reason, expect, later)
-                break
-        self._last, self._last_term = expect - 1, prev_term
-        if self._last < self._first - 1:
-            raise CorruptLogError(
-                self._seg_dir, 0, f"log ends at {self._last} but the first index is {self._first}"
-            )
-        self._seg_firsts = [s.first_index for s in self._segments]
-        # What the scan accepted may exist only in the page cache (a process
-        # killed between write and fdatasync): make it durable before anyone
-        # relies on it.
-        for seg, _start, _new in plan:
-            if seg in self._segments:
-                fd = os.open(seg.path, os.O_RDONLY)
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
-        self._written = self._last
-        self._sync_base = self._last + 1
-        if self._segments and self._segments[-1].first_index not in sealed:
-            self._active = self._segments[-1]
-            self._active.open_for_append()
-        log.info(
-            "storage.open dir=%s first=%d last=%d segments=%d scanned_tail_entries=%d",
-            self.directory,
-            self._first,
-            self._last,
-            len(self._segments),
-            self.stats.recovered_tail_entries,
-        )
-
-    def _check_new_file(self, seg: Segment, expect: int, later: list[Segment]) -> bool:
-        """Checks an unsealed file found after the checkpoint; False if it was a torn creation."""
-        if seg.first_index != expect:
-            raise CorruptLogError(
-                seg.path,
-                0,
-                f"segment should start at entry {expect}, its name says {seg.first_index}",
-            )
-        try:
-            seg.read_header()
-        except CorruptLogError:
-            if later or seg.file_size() > FILE_HEADER_SIZE:
-                raise
-            # Crash while creating the file: it never held an entry.
-            log.warning("storage.recover remove_torn_segment path=%s", seg.path)
-            os.unlink(seg.path)
-            fsync_dir(self._seg_dir)
-            return False
-        return True
-
-    def _cut_torn_tail(
-        self, seg: Segment, position: int, reason: str, expect: int, later: list[Segment]
-    ) -> None:
-        """A scan stopped at position (entry `expect`): cut it if it is a torn
-        tail, raise CorruptLogError if a sync completed after it was written."""
-        max_frame = self.options.max_entry_bytes
-        found = seg.highest_sync_base_after(position, max_frame)
-        for other in later:
-            other_found = other.highest_sync_base_after(FILE_HEADER_SIZE - 1, max_frame)
-            if other_found is not None:
-                raise CorruptLogError(
-                    seg.path, position, f"{reason}; a later segment {other.path} holds valid data"
-                )
-        if found is not None and found[0] > expect:
-            raise CorruptLogError(
-                seg.path,
-                position,
-                f"{reason}; entry {expect} was synced (a valid frame written after a later "
-                f"sync follows at byte {found[1]})",
-            )
-        size = seg.file_size()
-        log.warning(
-            "storage.recover cut_torn_tail path=%s position=%d bytes=%d entry=%d reason=%r",
-            seg.path,
-            position,
-            size - position,
-            expect,
-            reason,
-        )
-        self.stats.torn_tail_bytes_cut += size - position
-        seg.truncate(position)
-        for other in later:
-            log.warning("storage.recover remove_empty_segment path=%s", other.path)
-            os.unlink(other.path)
-        if later:
-            fsync_dir(self._seg_dir)
-
     # ---------------------------------------------------------------- close
 
     def close(self) -> None:
@@ -389,8 +176,12 @@ class LogStore:
             if self._closed:
                 return
             try:
-                self.sync()
-                self._checkpoint()
+                # After a failed write or fsync nothing unsynced may be synced now and
+                # then indexed as if durable: a retried fsync can "succeed" after the
+                # kernel dropped the dirty pages (fsyncgate). Recovery decides instead.
+                if self._failed is None:
+                    self.sync()
+                    self._checkpoint()
             finally:
                 self._closed = True
                 self._release()
@@ -655,10 +446,16 @@ class LogStore:
         return seg
 
     def sync(self) -> None:
-        """fdatasync every segment written since the last sync."""
-        for seg in self._unsynced:
-            seg.sync()
-            self.stats.syncs += 1
+        """fdatasync every segment written since the last sync. A failure fails the
+        store for good, whoever called (the write-caching flush too): an fsync error is
+        never retried as if the data were durable (fsyncgate)."""
+        try:
+            for seg in self._unsynced:
+                seg.sync()
+                self.stats.syncs += 1
+        except BaseException as exc:
+            self._failed = self._failed or exc
+            raise
         self._unsynced.clear()
         self._sync_base = self._written + 1
 
@@ -689,181 +486,30 @@ class LogStore:
             self._pending_bytes = sum(loc.length for loc in self._pending)
         self.stats.index_checkpoints += 1
 
-    def truncate_suffix(self, from_index: int) -> None:
-        """Remove every entry >= from_index; durable on return.
+    def identity_stamp(self) -> int:
+        """The incarnation stamped in this log's index (0: none; see storage/identity.py)."""
+        self._check_open()
+        return self._index.identity()
 
-        Raises LogRangeError if from_index <= first_index - 1 would cut into the
-        snapshot (from_index < first_index). A no-op if from_index > last_index.
-        """
+    def stamp_identity(self, incarnation: int, durable: bool = True) -> None:
+        """Stamp the incarnation in this log's index (durable on return unless
+        durable=False: then with the next forced write, e.g. the hard state). The
+        stamp lives beside the hard state, so an index that was lost or rebuilt has
+        none and its vote record cannot be vouched for."""
         with self._write_lock:
             self._check_open()
-            self._guard(self._truncate_suffix_locked, from_index)
+            with self._index.writer(durable=durable) as w:
+                w.set_identity(incarnation)
 
-    def _truncate_suffix_locked(self, from_index: int) -> None:
-        if from_index > self._last:
-            return
-        if from_index < self._first:
-            raise LogRangeError(
-                f"truncate_suffix({from_index}) would remove entries below first index {self._first}"
-            )
-        self.sync()
-        loc = self._location(from_index)
-        keep_term = self.term_at(from_index - 1) or 0
-        intent = TruncateIntent(from_index, loc.segment, loc.position)
-        with self._lock:
-            k = bisect.bisect_left(self._seg_firsts, loc.segment)
-            whole = loc.position == FILE_HEADER_SIZE
-            doomed = self._segments[k + 1 :] + ([self._segments[k]] if whole else [])
-            for seg in doomed:
-                seg.close()
-            self._segments = self._segments[: k if whole else k + 1]
-            self._seg_firsts = [s.first_index for s in self._segments]
-            self._pending_configs = [i for i in self._pending_configs if i < from_index]
-            if from_index >= self._pending_base:
-                del self._pending[from_index - self._pending_base :]
-            else:
-                self._pending.clear()
-                self._pending_base = from_index
-            self._pending_bytes = sum(p.length for p in self._pending)
-            self._last, self._last_term = from_index - 1, keep_term
-            self._active = None if whole else self._segments[k]
-        # Everything left is synced (sync() above; the cut is fsync'ed below).
-        self._written, self._sync_base = from_index - 1, from_index
-        prev = self._segments[-1] if self._segments else None
-        with self._index.writer(durable=True) as w:
-            w.set_truncate_intent(intent)
-            w.delete_from(from_index)
-            for seg in doomed:
-                w.forget_segment(seg.first_index)
-            if self._active is not None:
-                w.forget_segment(self._active.first_index)  # unsealed again
-            if not self._pending:
-                # Every entry before the cut is indexed: the checkpoint moves back
-                # to the cut. Otherwise the old checkpoint lies before it and stays.
-                if prev is None:
-                    w.set_checkpoint(None)
-                else:
-                    end = prev.end if whole else loc.position
-                    w.set_checkpoint(Checkpoint(from_index - 1, keep_term, prev.first_index, end))
-        self._cut_files(intent)
-        if self._active is not None:
-            self._active.end = loc.position
-            self._active.last_index, self._active.last_term = from_index - 1, keep_term
-            self._active.open_for_append()
-        with self._index.writer(durable=True) as w:
-            w.set_truncate_intent(None)
-
-    def _location(self, index: int) -> Location:
-        with self._lock:
-            return Location._make(self._location_locked(index))
-
-    def _cut_files(self, intent: TruncateIntent) -> None:
-        """Apply a truncation intent to the files; idempotent (recovery redoes it)."""
-        removed = False
-        for first in self._segment_files():
-            if first > intent.segment:
-                self._delete_file(first, sync_dir=False)
-                removed = True
-        path = os.path.join(self._seg_dir, f"{intent.segment:020d}.seg")
-        if os.path.exists(path):
-            if intent.position <= FILE_HEADER_SIZE:
-                self._delete_file(intent.segment, sync_dir=False)
-                removed = True
-            elif os.path.getsize(path) > intent.position:
-                Segment(self._seg_dir, intent.segment).truncate(intent.position)
-        if removed:
-            fsync_dir(self._seg_dir)
-
-    def _delete_file(self, first: int, sync_dir: bool = True) -> None:
-        path = os.path.join(self._seg_dir, f"{first:020d}.seg")
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return
-        if sync_dir:
-            fsync_dir(self._seg_dir)
-
-    def truncate_prefix(self, upto: int) -> None:
-        """Forget entries <= upto (they are in a snapshot); durable on return.
-
-        Whole segment files below the new first index are deleted; the segment
-        holding it stays (its leading entries become unreachable).
-        """
-        with self._write_lock:
-            self._check_open()
-            self._guard(self._truncate_prefix_locked, upto)
-
-    def _truncate_prefix_locked(self, upto: int) -> None:
-        if upto < self._first:
-            return
-        if upto > self._last:
-            raise LogRangeError(
-                f"truncate_prefix({upto}) is past the last entry {self._last}; use reset()"
-            )
-        self._checkpoint()
-        term = self.term_at(upto) or 0
-        with self._lock:
-            doomed = [s for s in self._segments if s.last_index <= upto and s is not self._active]
-            for seg in doomed:
-                seg.close()
-            self._segments = [s for s in self._segments if s not in doomed]
-            self._seg_firsts = [s.first_index for s in self._segments]
-            self._first, self._prev_term = upto + 1, term
-        with self._index.writer(durable=True) as w:
-            w.set_first_index(upto + 1, term)
-            for seg in doomed:
-                w.forget_segment(seg.first_index)
-        for seg in doomed:
-            self._delete_file(seg.first_index, sync_dir=False)
-        if doomed:
-            fsync_dir(self._seg_dir)
-        self._delete_index_below(upto + 1)
-
-    def _delete_index_below(self, index: int) -> None:
-        with self._index.writer(durable=False) as w:
-            w.delete_below(index)
-
-    def reset(self, next_index: int, snapshot: SnapshotMeta) -> None:
-        """Drop the whole log; the next append must be next_index. Durable on return.
-
-        For a follower installing a snapshot that its log does not match. The
-        files go first (through a durable truncation intent), then the new
-        first index is recorded: a crash in between leaves an empty log at the
-        old first index, never old entries under the new one.
-        """
-        if snapshot.index != next_index - 1:
-            raise ValueError("reset: snapshot.index must be next_index - 1")
-        with self._write_lock:
-            self._check_open()
-            self._guard(self._reset_locked, next_index, snapshot)
-
-    def _reset_locked(self, next_index: int, snapshot: SnapshotMeta) -> None:
-        if self._last >= self._first:
-            self._truncate_suffix_locked(self._first)
-        with self._lock:
-            for seg in self._segments:
-                seg.close()
-            self._segments, self._seg_firsts, self._active = [], [], None
-        for first in self._segment_files():
-            self._delete_file(first, sync_dir=False)
-        fsync_dir(self._seg_dir)
-        sealed = list(self._index.sealed_segments())
-        with self._index.writer(durable=True) as w:
-            w.set_first_index(next_index, snapshot.term)
-            w.set_snapshot(snapshot)
-            w.set_checkpoint(None)
-            w.delete_from(0)
-            for first in sealed:
-                w.forget_segment(first)
-        with self._lock:
-            self._first, self._prev_term = next_index, snapshot.term
-            self._last, self._last_term = next_index - 1, snapshot.term
-            self._written, self._sync_base = next_index - 1, next_index
-            self._pending.clear()
-            self._pending_configs.clear()
-            self._pending_base = next_index
-            self._pending_bytes = 0
-            self._snapshot = snapshot
+    def is_blank(self) -> bool:
+        """Nothing Raft wrote is here: no term, vote, entry or snapshot."""
+        hs = self.hard_state()
+        return (
+            hs.term == 0
+            and hs.vote == 0
+            and self.last_index() == 0
+            and self.snapshot_meta().index == 0
+        )
 
     def save_hard_state(self, hs: HardState, durable: bool = True) -> None:
         """Persist term, vote and commit checkpoint atomically; durable on return
@@ -872,6 +518,39 @@ class LogStore:
             self._check_open()
             self._guard(self._write_meta, "hard_state", hs, durable)
             self._hard_state = hs
+
+    @property
+    def index_key(self) -> int:
+        """Identity of the LMDB environment holding this log's index (logs of one
+        LogEnvironment share it): hard states of logs with one key can be saved
+        together by save_hard_states."""
+        return id(self._index.env)
+
+    @staticmethod
+    def save_hard_states(items: Sequence[tuple[LogStore, HardState]]) -> None:
+        """save_hard_state for several logs sharing one index (equal index_key):
+        ONE LMDB transaction and one sync for all of them; durable on return.
+
+        Called by the disk writer's thread only (the logs' single writer)."""
+        if not items:
+            return
+        first = items[0][0]
+        env = first._index.env
+        for store, _ in items:
+            store._check_open()
+            if store._index.env is not env:
+                raise ValueError("save_hard_states: the logs do not share one index")
+        try:
+            with env.begin(write=True) as txn:
+                for store, hs in items:
+                    IndexWriter(store._index, txn).set_hard_state(hs)
+            env.sync(True)
+        except BaseException as exc:
+            for store, _ in items:
+                store._failed = exc
+            raise
+        for store, hs in items:
+            store._hard_state = hs
 
     def save_snapshot_meta(self, meta: SnapshotMeta) -> None:
         """Record the latest snapshot's last index/term and data; durable on return."""

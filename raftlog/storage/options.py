@@ -53,6 +53,20 @@ class StorageOptions:
     lmdb_map_bytes: int = 64 * GiB
     """Virtual size reserved for the LMDB index (sparse; about 60 bytes per entry)."""
 
+    reserve_bytes: int = 1 * GiB
+    """Free-space reserve of each volume the node writes (with reserve_percent, the
+    larger wins; capped at a quarter of the volume). Below it the node refuses produce
+    (KAFKA_STORAGE_ERROR, retriable) and keeps serving reads; below half of it a
+    follower stops appending. 0 with reserve_percent 0: no guard. See
+    docs/operations.md (disk full)."""
+
+    reserve_percent: float = 5.0
+    """Free-space reserve as a percentage of each volume's size (0 to < 50)."""
+
+    space_check_ms: int = 250
+    """How often the free space of each volume is read (statvfs); produce also
+    estimates it between readings from the bytes it accepts."""
+
     def __post_init__(self) -> None:
         positive = (
             "segment_bytes",
@@ -70,6 +84,18 @@ class StorageOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"StorageOptions.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.reserve_bytes, int) or self.reserve_bytes < 0:
+            raise ValueError(
+                f"StorageOptions.reserve_bytes must be >= 0, got {self.reserve_bytes!r}"
+            )
+        if not 0 <= self.reserve_percent < 50:
+            raise ValueError(
+                f"StorageOptions.reserve_percent must be in [0, 50), got {self.reserve_percent!r}"
+            )
+        if not isinstance(self.space_check_ms, int) or self.space_check_ms <= 0:
+            raise ValueError(
+                f"StorageOptions.space_check_ms must be a positive integer, got {self.space_check_ms!r}"
+            )
         if self.segment_bytes < 4 * KiB:
             raise ValueError(
                 f"StorageOptions.segment_bytes must be >= 4096, got {self.segment_bytes}"

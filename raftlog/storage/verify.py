@@ -32,6 +32,34 @@ class VerifyReport:
     snapshot_index: int = 0
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    identity_stamp: int = 0
+    """The incarnation stamped in the index (0: none)."""
+    identity_file: int | None = None
+    """The incarnation IDENTITY records for this log (None: no IDENTITY beside it)."""
+
+    def repair(self) -> str:
+        """What a restart and the cluster would do about this storage (issue 12)."""
+        if self.problems:
+            return (
+                "the node stops at start (or when it reads the damaged entries), exit code 3. "
+                "While a majority of the other nodes is healthy: move this directory away and "
+                "start the node empty; it rejoins as a replacement under a new incarnation and "
+                "recovers the whole log from its peers (docs/operations.md, 'Replacing a disk')"
+            )
+        commit = self.hard_state[2]
+        floor = max(self.last_index, self.snapshot_index)
+        if commit > floor:
+            return (
+                f"the log ends at {floor}, below its commit checkpoint {commit}: the node starts "
+                f"as a replacement (new incarnation, keeps entries up to {floor}), votes only "
+                "once the leader has caught it up and admitted it"
+            )
+        if self.identity_file is not None and self.identity_stamp != self.identity_file:
+            return (
+                "the index's identity stamp does not match IDENTITY (index lost or rebuilt, so "
+                "the vote record too): the node starts as a replacement under a new incarnation"
+            )
+        return "nothing to repair"
 
     @property
     def ok(self) -> bool:
@@ -48,6 +76,12 @@ class VerifyReport:
         ]
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"PROBLEM: {p}" for p in self.problems]
+        if self.identity_stamp or self.identity_file is not None:
+            lines.append(
+                f"identity: index stamp {self.identity_stamp:016x}, IDENTITY "
+                + (f"{self.identity_file:016x}" if self.identity_file else "has no entry")
+            )
+        lines.append(f"repair: {self.repair()}")
         lines.append("result: OK" if self.ok else f"result: {len(self.problems)} problem(s)")
         return "\n".join(lines)
 
@@ -83,6 +117,21 @@ def verify_data_dir(
     return report
 
 
+def _identity_file_incarnation(log_dir: str) -> int | None:
+    """The incarnation the IDENTITY file next to a single-group log records for it."""
+    import json
+
+    from raftlog.storage.identity import FILE_NAME
+
+    path = os.path.join(os.path.dirname(os.path.abspath(log_dir)), FILE_NAME)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return int(data.get("groups", {}).get("0", {}).get("incarnation", 0))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _verify(
     index: LogIndex,
     seg_dir: str,
@@ -95,6 +144,8 @@ def _verify(
         report.first_index = first[0]
     hs = index.hard_state()
     report.hard_state = (hs.term, hs.vote, hs.commit)
+    report.identity_stamp = index.identity()
+    report.identity_file = _identity_file_incarnation(os.path.dirname(seg_dir))
     report.snapshot_index = index.snapshot().index
     intent = index.truncate_intent()
     if intent is not None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
 from raftlog.core.messages import (
+    IDENTITY_FLAGS,
     AppendEntries,
     AppendEntriesResponse,
     Heartbeat,
@@ -30,6 +31,15 @@ from raftlog.core.messages import (
 )
 from raftlog.entry import EntryType, LogEntry
 from raftlog.transport import raft_pb2 as pb
+from raftlog.transport.beats import (
+    BEATS,
+    BEATS_RESP,
+    Beats,
+    BeatsFormatError,
+    BeatsResponse,
+    pack_rows,
+    unpack_rows,
+)
 
 _MAX_U63 = 2**63 - 1
 _ENTRY_TYPES = {int(t): t for t in EntryType}
@@ -83,6 +93,7 @@ def _enc_vote(m: RequestVote, p: pb.RaftMessage) -> None:
         m.pre_vote,
         m.transfer,
     )
+    p.voter_incarnation = m.voter_incarnation
 
 
 def _enc_vote_resp(m: RequestVoteResponse, p: pb.RaftMessage) -> None:
@@ -124,7 +135,13 @@ def _enc_read_index_resp(m: ReadIndexResponse, p: pb.RaftMessage) -> None:
     p.index, p.read_context = m.index, m.context
 
 
-_ENCODERS: dict[MsgType, Callable] = {
+def _enc_beats(m: Beats | BeatsResponse, p: pb.RaftMessage) -> None:
+    p.data = pack_rows(m)
+
+
+_ENCODERS: dict[int, Callable] = {
+    BEATS: _enc_beats,
+    BEATS_RESP: _enc_beats,
     MsgType.APPEND: _enc_append,
     MsgType.APPEND_RESP: _enc_append_resp,
     MsgType.VOTE: _enc_vote,
@@ -140,7 +157,15 @@ _ENCODERS: dict[MsgType, Callable] = {
 
 
 def encode_message(m: Message) -> pb.RaftMessage:
-    p = pb.RaftMessage(type=m.type, group_id=m.group_id, src=m.src, dst=m.dst, term=m.term)
+    p = pb.RaftMessage(
+        type=m.type,
+        group_id=m.group_id,
+        src=m.src,
+        dst=m.dst,
+        term=m.term,
+        incarnation=m.incarnation,
+        identity=m.identity,
+    )
     _ENCODERS[m.type](m, p)
     return p
 
@@ -204,12 +229,14 @@ def _dec_append_resp(p: pb.RaftMessage, h: dict, limits: DecodeLimits) -> Messag
 
 def _dec_vote(p: pb.RaftMessage, h: dict, limits: DecodeLimits) -> Message:
     _check_u63("last_index", p.last_index)
+    _check_u63("voter_incarnation", p.voter_incarnation)
     return RequestVote(
         **h,
         last_index=p.last_index,
         last_term=p.last_term,
         pre_vote=p.pre_vote,
         transfer=p.transfer,
+        voter_incarnation=p.voter_incarnation,
     )
 
 
@@ -260,7 +287,22 @@ def _dec_read_index_resp(p: pb.RaftMessage, h: dict, limits: DecodeLimits) -> Me
     return ReadIndexResponse(**h, index=p.index, context=p.read_context)
 
 
+def _dec_beats(p: pb.RaftMessage, h: dict, limits: DecodeLimits) -> Message:
+    try:
+        rows = unpack_rows(p.type, p.data, p.dst)
+    except BeatsFormatError as exc:
+        raise InvalidMessageError(f"coalesced heartbeats: {exc}") from None
+    cls = Beats if p.type == BEATS else BeatsResponse
+    return cls(**h, rows=rows)
+
+
+# Kinds that carry no term of their own: a follower's forwarded read, and the
+# coalesced heartbeats (each row carries its group's term).
+_TERMLESS = frozenset({MsgType.READ_INDEX, BEATS, BEATS_RESP})
+
 _DECODERS: dict[int, Callable[[pb.RaftMessage, dict, DecodeLimits], Message]] = {
+    BEATS: _dec_beats,
+    BEATS_RESP: _dec_beats,
     MsgType.APPEND: _dec_append,
     MsgType.APPEND_RESP: _dec_append_resp,
     MsgType.VOTE: _dec_vote,
@@ -292,9 +334,21 @@ def decode_message(
     if p.group_id not in groups:
         raise UnknownGroupError(p.group_id)
     _check_u63("term", p.term)
-    if p.term == 0 and p.type != MsgType.READ_INDEX:
+    if p.term == 0 and p.type not in _TERMLESS:
         raise InvalidMessageError(f"{MsgType(p.type).name} without a term")
-    header = {"src": p.src, "dst": p.dst, "term": p.term, "group_id": p.group_id}
+    if p.term != 0 and p.type in (BEATS, BEATS_RESP):
+        raise InvalidMessageError("coalesced heartbeats with a message term")
+    _check_u63("incarnation", p.incarnation)
+    if p.identity & ~IDENTITY_FLAGS:
+        raise InvalidMessageError(f"unknown identity flags {p.identity:#x}")
+    header = {
+        "src": p.src,
+        "dst": p.dst,
+        "term": p.term,
+        "group_id": p.group_id,
+        "incarnation": p.incarnation,
+        "identity": p.identity,
+    }
     return decoder(p, header, limits)
 
 

@@ -135,13 +135,21 @@ class _PeerSender:
         return n
 
     def _take_batch(self) -> list[Message]:
-        # Control first, all of it (small); then data up to max_batch_bytes.
-        out: list[Message] = list(self.control)
-        self.control.clear()
+        # Control first (small); then data up to max_batch_bytes. Never more
+        # messages than the receiver's limits.max_messages: a longer batch would
+        # be refused whole and abort the stream (a host with many groups queues
+        # thousands of control messages per tick); the rest waits its turn.
+        cap = self.t.options.limits.max_messages
+        control = self.control
+        if len(control) <= cap:
+            out: list[Message] = list(control)
+            control.clear()
+        else:
+            out = [control.popleft() for _ in range(cap)]
         size = 0
         limit = self.t.options.max_batch_bytes
         data = self.data
-        while data and (not out or size < limit):
+        while data and len(out) < cap and (not out or size < limit):
             m, n = data.popleft()
             self.data_bytes -= n
             out.append(m)
@@ -323,6 +331,23 @@ class GrpcTransport:
             return
         self._peers[peer] = address
         self._known.add(peer)
+        if self._server is not None:
+            self._start_sender(peer, address)
+
+    def move_peer(self, peer: int, address: str) -> None:
+        """A member now listens at another address (replaced at a new host): send there.
+        Messages queued for the old address are dropped (Raft retransmits)."""
+        old = self._senders.get(peer)
+        if old is None or peer == self.node_id:
+            self.add_peer(peer, address)
+            return
+        if old.address == address:
+            return
+        old.wakeup.set()
+        if old.task is not None:
+            old.task.cancel()
+        del self._senders[peer]
+        self._peers[peer] = address
         if self._server is not None:
             self._start_sender(peer, address)
 

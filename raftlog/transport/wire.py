@@ -13,6 +13,7 @@ from collections import OrderedDict
 
 from raftlog.core.messages import Message, MsgType
 from raftlog.entry import LogEntry
+from raftlog.transport.beats import COALESCED_KINDS, pack_rows
 
 _VARINT_CACHE = [bytes([i]) for i in range(128)]
 
@@ -32,7 +33,7 @@ def _key(field: int, wire: int) -> bytes:
     return varint((field << 3) | wire)
 
 
-_K = {f: (_key(f, 0), _key(f, 2)) for f in range(1, 27)}  # (varint key, length key)
+_K = {f: (_key(f, 0), _key(f, 2)) for f in range(1, 30)}  # (varint key, length key)
 
 
 _ENTRY_FIXED = struct.Struct("<BQBQBB")  # key 1 fixed64, key 2 fixed64, key 3 varint (type < 128)
@@ -112,6 +113,8 @@ def _message_parts(m: Message, entries: EntryEncoder, out: list[bytes]) -> None:
     _u(p, 3, m.src)
     _u(p, 4, m.dst)
     _u(p, 5, m.term)
+    _u(p, 27, m.incarnation)
+    _u(p, 28, m.identity)
     tail: list[bytes] = []
     size = 0
     if t is MsgType.APPEND:
@@ -134,6 +137,7 @@ def _message_parts(m: Message, entries: EntryEncoder, out: list[bytes]) -> None:
         _u(p, 15, m.last_term)
         _u(p, 16, m.pre_vote)
         _u(p, 17, m.transfer)
+        _u(p, 29, m.voter_incarnation)
     elif t is MsgType.VOTE_RESP:
         _u(p, 16, m.pre_vote)
         _u(p, 18, m.granted)
@@ -157,6 +161,8 @@ def _message_parts(m: Message, entries: EntryEncoder, out: list[bytes]) -> None:
     elif t is MsgType.READ_INDEX_RESP:
         _u(p, 10, m.index)
         _b(p, 26, m.context)
+    elif t in COALESCED_KINDS:
+        _b(p, 22, pack_rows(m))
     size += sum(len(x) for x in p)
     out.append(_K[1][1])
     out.append(varint(size))

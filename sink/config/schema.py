@@ -27,8 +27,13 @@ from raftlog.runtime import NodeOptions
 from raftlog.storage import StorageOptions
 from raftlog.transport import TransportOptions
 from sink.config.values import ConfigError, Peer, parse_hostport
+from sink.groups import GroupOptions
 from sink.kafka.limits import KafkaLimits
+from sink.lifecycle.producer_expiry import ProducerExpiryOptions
+from sink.offsets import OffsetsOptions
+from sink.quotas import QuotaOptions
 from sink.service import SinkOptions
+from sink.topics.configs import TopicDefaults
 
 EVENT_LOOPS = ("uvloop", "asyncio")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -54,8 +59,21 @@ class NodeSection:
     """asyncio event loop of the node: "uvloop" (libuv; at 1,000 records/s about 10%
     less CPU per record and a lower produce p99, bench/produce.py) or "asyncio"
     (the standard library's loop)."""
+    join: bool = False
+    """This node joins a running cluster (`raftsink members add`): it never campaigns
+    and counts in no quorum until the leader's log makes it a member; node.peers only
+    gives the addresses to reach the others. The live configuration is always the
+    log's: node.peers is the initial configuration of a new cluster only."""
+    shutdown_handoff_ms: int = 3000
+    """On SIGTERM a leader first hands leadership to its most caught-up voter, waiting
+    at most this long, then stops (Kafka clients get NOT_LEADER_OR_FOLLOWER and move);
+    0: stop at once (the others elect a leader after an election timeout)."""
 
     def __post_init__(self) -> None:
+        if self.shutdown_handoff_ms < 0:
+            raise ConfigError(
+                f"node.shutdown_handoff_ms must be >= 0, got {self.shutdown_handoff_ms}"
+            )
         if self.id < 1:
             raise ConfigError(f"node.id must be >= 1, got {self.id}")
         if not self.data_dir:
@@ -127,12 +145,15 @@ class RaftSection:
 
 @dataclass(frozen=True, slots=True)
 class RetentionSection:
-    snapshot_every_entries: int = 0
-    """Snapshot the sink state (and allow log compaction) every this many applied
-    entries; 0: never, so the Raft log keeps every record."""
-    max_entries: int = 1_000_000
-    """Soft retention: with snapshots on, compact the log down to this many entries,
-    but never past data a registered pipeline has not committed."""
+    snapshot_every_entries: int = 2_000
+    """Snapshot the sink state (and compact the Raft log below what topic retention,
+    the `topics` section and each topic's configs, still keeps) every this many applied
+    entries; 0: never, so the Raft log keeps every record whatever the retention."""
+    max_entries: int = 0
+    """Cluster-wide entry cap on top of topic retention: with snapshots on, compact the
+    log down to this many entries even where a topic's retention would keep more, but
+    never past data a registered pipeline has not committed; 0: off (topic retention
+    alone decides)."""
     hard_max_entries: int = 0
     """Hard retention: the log never holds more than this many entries, even if a
     pipeline has not consumed them (its reader then reports data loss); 0: none."""
@@ -163,6 +184,13 @@ class SinkConfig:
     storage: StorageOptions = field(default_factory=StorageOptions, metadata={"section": True})
     retention: RetentionSection = field(
         default_factory=RetentionSection, metadata={"section": True}
+    )
+    quotas: QuotaOptions = field(default_factory=QuotaOptions, metadata={"section": True})
+    offsets: OffsetsOptions = field(default_factory=OffsetsOptions, metadata={"section": True})
+    topics: TopicDefaults = field(default_factory=TopicDefaults, metadata={"section": True})
+    groups: GroupOptions = field(default_factory=GroupOptions, metadata={"section": True})
+    producers: ProducerExpiryOptions = field(
+        default_factory=ProducerExpiryOptions, metadata={"section": True}
     )
 
     def __post_init__(self) -> None:

@@ -21,6 +21,19 @@ Back-pressure: the reader stops reading the socket while the connection has
 max_inflight_requests unanswered requests or too many pending produce bytes (per
 connection or server-wide; which requests are priced is each Api's `priced`).
 librdkafka ignores throttle_time.
+
+Memory (sink.kafka.budget argues the design): before a frame's body is read its
+size is reserved from the node's request memory (NeedMemory); the reader waits
+there, not reading, when the budget is used up. The reservation is released when
+the request's response has been written, or when the connection ends (everything
+it still holds: _held). A frame granted memory must arrive whole within
+frame_read_timeout_s. A Fetch is granted response memory from the node's fetch
+budget and clamped to it; its grant is settled to the response's size when built
+and released once written.
+
+Client quotas (sink.quotas, KIP-219): a response over a client's quota carries
+throttle_time_ms and mutes the connection (self.quota's deadline); the reader
+dispatches nothing more from it until the deadline has passed.
 """
 
 from __future__ import annotations
@@ -28,8 +41,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.fetch.v16.request import FetchRequest
+
+from sink.kafka.budget import clamp_fetch
 from sink.kafka.handlers import API_VERSIONS_KEY, REGISTRY, SUPPORTED, Api, Call
 from sink.kafka.handlers.api_versions import encode_api_versions
 from sink.kafka.protocol.connection import (
@@ -38,10 +55,12 @@ from sink.kafka.protocol.connection import (
     Close,
     CloseReason,
     ConnectionState,
+    NeedMemory,
     Request,
     api_name,
 )
 from sink.kafka.protocol.errors import ErrorCode
+from sink.quotas import QuotaChannel
 
 if TYPE_CHECKING:
     from sink.kafka.server import KafkaServer
@@ -50,6 +69,18 @@ log = logging.getLogger("sink.kafka")
 
 _CLOSE = object()
 _READ_CHUNK = 1 << 18
+"""Largest read into a granted frame's buffer."""
+_HEAD_READ = 1 << 16
+"""Largest read between frames (several small frames, or the head of a large one):
+what a connection may hold before its next frame has memory is small."""
+_FETCH_KEY = int(FetchRequest.__api_key__)
+_NO_FETCH_LIMIT = 1 << 30  # a Fetch's max_bytes <= 0 (none): what the handler assumes
+
+
+def _size_of(data: Any) -> int:
+    if isinstance(data, list):
+        return sum(len(p) for p in data)
+    return len(data) if isinstance(data, (bytes, bytearray, memoryview)) else 0
 
 
 class ProtocolError(Exception):
@@ -77,13 +108,24 @@ class Connection:
         self.reader = reader
         self.writer = writer
         self.peer = writer.get_extra_info("peername")
+        self._client_host = f"/{self.peer[0]}" if isinstance(self.peer, tuple) else ""
         self.state = ConnectionState(
             max_frame_bytes=self.limits.max_frame_bytes,
             supported=SUPPORTED,
             api_versions_key=API_VERSIONS_KEY,
             invalid_answer=_invalid_answer,
             fallback=_fallback,
+            budgeted=True,
         )
+        self.memory = server.memory
+        self._held = 0
+        """Request-memory bytes this connection holds (frames read and being read)."""
+        self._fetch_held = 0
+        """Fetch-memory bytes this connection's queued Fetch responses hold."""
+        self._released = False
+        self._frame_timer: asyncio.TimerHandle | None = None
+        self._frame_deadline = 0.0
+        # Entries: (response or future, produce cost, origin, reserved, fetch grant or -1).
         self._queue: collections.deque = collections.deque()
         self._queue_wake = asyncio.Event()
         self._room = asyncio.Event()
@@ -91,8 +133,9 @@ class Connection:
         self._reading = False
         self._deadline = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
-        self._idle_expired: str | None = None
+        self._idle_expired: tuple[CloseReason, str] | None = None
         self._read_task: asyncio.Task | None = None
+        self.quota = QuotaChannel()  # client quotas: who this is, muted until when
 
     async def run(self) -> None:
         writer_task = self._writer_task = asyncio.create_task(self._write_loop())
@@ -106,12 +149,16 @@ class Connection:
                 t = asyncio.current_task()
                 if t is not None:
                     t.uncancel()
-                raise ProtocolError(
-                    self.state.close(CloseReason.IDLE, self._idle_expired)
-                ) from None
+                raise ProtocolError(self.state.close(*self._idle_expired)) from None
         except ProtocolError as exc:
             self.closed_reason = str(exc)
-            quiet = exc.close.reason in (CloseReason.IDLE, CloseReason.SHUTDOWN)
+            quiet = exc.close.reason in (
+                CloseReason.IDLE,
+                CloseReason.SHUTDOWN,
+                CloseReason.FRAME_TIMEOUT,  # counted (frame_timeouts); a flood would spam
+            )
+            if exc.close.reason is CloseReason.FRAME_TIMEOUT:
+                self.server.frame_timeouts += 1
             level = logging.INFO if quiet else logging.WARNING
             log.log(
                 level,
@@ -125,8 +172,10 @@ class Connection:
         finally:
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
+            if self._frame_timer is not None:
+                self._frame_timer.cancel()
             # Flush the responses of earlier requests (bounded), then close.
-            self._queue.append((_CLOSE, 0, None))
+            self._queue.append((_CLOSE, 0, None, 0, -1))
             self._queue_wake.set()
             if not writer_task.done():
                 done, _ = await asyncio.wait({writer_task}, timeout=5.0)
@@ -135,6 +184,8 @@ class Connection:
             if writer_task.done() and not writer_task.cancelled() and writer_task.exception():
                 log.debug("kafka.writer_error peer=%s error=%r", self.peer, writer_task.exception())
             self.writer.close()
+            self.state.drop_buffers()
+            self._release_all()
 
     # ------------------------------------------------------------- reading
 
@@ -161,7 +212,8 @@ class Connection:
             self._idle_timer = loop.call_at(self._deadline, self._check_idle)
         self._reading = True
         try:
-            return await self.reader.read(_READ_CHUNK)
+            left = self.state.frame_remaining
+            return await self.reader.read(min(left, _READ_CHUNK) if left else _HEAD_READ)
         finally:
             self._reading = False
 
@@ -179,23 +231,109 @@ class Connection:
             self._idle_timer = loop.call_at(due, self._check_idle)
             return
         self._idle_expired = (
-            f"idle for {self.limits.idle_timeout_s}s waiting for the request {what}"
+            CloseReason.IDLE,
+            f"idle for {self.limits.idle_timeout_s}s waiting for the request {what}",
         )
         if self._read_task is not None:
             self._read_task.cancel()
+
+    # ------------------------------------------------------------- memory
+
+    async def _reserve(self, size: int) -> None:
+        """Reserve a frame's bytes from the node's request memory (waiting, without
+        reading, while it is used up), then let the state read the body."""
+        mem = self.memory.requests
+        if mem.ledger.too_large(size):
+            sz = mem.sizes
+            raise ProtocolError(
+                self.state.close(
+                    CloseReason.FRAME_TOO_LARGE,
+                    f"frame of {size} bytes exceeds what the request memory budget can hold "
+                    f"({sz.largest_frame} bytes of kafka.request_memory_bytes={sz.limit})",
+                )
+            )
+        if not mem.ledger.within_share(size, self._held) or not mem.try_reserve(size):
+            # Waiting: stop the transport too, so that what the client sends meanwhile
+            # stays in the kernel's socket buffer, not in this process.
+            transport = self.writer.transport
+            transport.pause_reading()
+            try:
+                while not mem.ledger.within_share(size, self._held):
+                    # Over this connection's share: wait for its own responses.
+                    self._room.clear()
+                    await self._room.wait()
+                await mem.reserve(size)
+            finally:
+                # Unless the stream paused it itself (its buffer is full: it resumes it
+                # when read; resuming under it would let its buffer grow unchecked).
+                if not transport.is_closing() and not getattr(self.reader, "_paused", False):
+                    transport.resume_reading()
+        self._held += size
+        self.state.grant(size)
+        self._frame_deadline = asyncio.get_running_loop().time() + self.limits.frame_read_timeout_s
+
+    def _arm_frame_timer(self) -> None:
+        if self._frame_timer is None:
+            loop = asyncio.get_running_loop()
+            self._frame_timer = loop.call_at(self._frame_deadline, self._check_frame)
+
+    def _check_frame(self) -> None:
+        """Timer callback: close a connection whose granted frame is late."""
+        loop = asyncio.get_running_loop()
+        self._frame_timer = None
+        if not self.state.frame_started:
+            return  # that frame arrived; the next one arms its own timer
+        now = loop.time()
+        if now < self._frame_deadline:
+            self._frame_timer = loop.call_at(self._frame_deadline, self._check_frame)
+            return
+        if not self._reading:  # held up by our own back-pressure, not by the client
+            self._frame_deadline = now + self.limits.frame_read_timeout_s / 4
+            self._frame_timer = loop.call_at(self._frame_deadline, self._check_frame)
+            return
+        self._idle_expired = (
+            CloseReason.FRAME_TIMEOUT,
+            f"request frame ({self.state.buffered} bytes in) not received whole within "
+            f"frame_read_timeout_s={self.limits.frame_read_timeout_s}",
+        )
+        if self._read_task is not None:
+            self._read_task.cancel()
+
+    def _release(self, reserved: int, fetch: int) -> None:
+        if self._released:
+            return  # the connection already gave back everything it held
+        if reserved:
+            self._held -= reserved
+            self.memory.requests.release(reserved)
+            self._room.set()
+        if fetch:
+            self._fetch_held -= fetch
+            self.memory.fetches.release(fetch)
+
+    def _release_all(self) -> None:
+        """The connection ended: give back the reservations it still holds."""
+        if not self._released:
+            self._release(self._held, self._fetch_held)
+            self._released = True
 
     async def _read_loop(self) -> None:
         st = self.state
         while True:
             await self._wait_for_room()
+            while self.quota.muted_for() > 0:  # client quotas: throttled, read nothing
+                await asyncio.sleep(self.quota.muted_for())
             ev = st.next_event()
             if ev is NEED_DATA:
+                if st.frame_started:
+                    self._arm_frame_timer()
                 st.receive_data(await self._read_some())
+            elif isinstance(ev, NeedMemory):
+                await self._reserve(ev.size)
             elif isinstance(ev, Request):
                 await self._dispatch(ev)
             elif isinstance(ev, Answer):
                 log.info("kafka.answer peer=%s %s", self.peer, ev.note)
-                self._push(ev.data, 0, None)
+                self._push(ev.data, 0, None, ev.reserved)
             else:
                 assert isinstance(ev, Close)
                 if ev.reason is CloseReason.EOF:
@@ -205,18 +343,55 @@ class Connection:
 
     async def _dispatch(self, ev: Request) -> None:
         api = REGISTRY[ev.api_key]
-        call = Call(ev.version, ev.corr, ev.req, ev.frame)
+        req, grant = ev.req, -1
+        if ev.api_key == _FETCH_KEY:
+            req, grant = self._fetch_grant(req)
+        self.quota.client_id = self.state.client_id or ""
+        # A priced (Produce) request is served from its parsed records: its frame is
+        # dropped here, so what it holds until answered is about its reservation.
+        call = Call(
+            ev.version,
+            ev.corr,
+            req,
+            b"" if api.priced else ev.frame,
+            self.quota,
+            len(ev.frame),
+            self._client_host,
+        )
+        cost = len(ev.frame) if api.priced else 0
+        started = time.perf_counter()
         try:
             result = await api.handle(self.server.context, call)
+            # client quotas: request_percentage counts the dispatch step's time
+            self.server.context.quotas.record_request_time(
+                self.quota, time.perf_counter() - started
+            )
         except Exception as exc:  # a bug: answer this request, keep the connection
             answer = self._error_answer(api, call, exc)
             if answer is _CLOSE:
                 raise ProtocolError(
                     self.state.close(CloseReason.NO_ERROR_ANSWER, f"{api.name} v{ev.version}")
                 ) from None
-            self._push(answer, 0, None)
+            self._push(answer, 0, None, ev.reserved, grant)
             return
-        self._push(result, len(ev.frame) if api.priced else 0, (api, call))
+        self._push(result, cost, (api, call), ev.reserved, grant)
+
+    def _fetch_grant(self, req: Any) -> tuple[Any, int]:
+        """Reserve response memory for a Fetch; clamp it to what the budget grants."""
+        # What the response can hold: max_bytes, and no more than the partitions' own
+        # limits (a long-polling consumer of one partition holds 1 MiB, not 50 MB).
+        max_bytes = getattr(req, "max_bytes", -1)  # absent before Fetch v3
+        want = min(
+            max_bytes if max_bytes > 0 else _NO_FETCH_LIMIT,
+            sum(max(fp.partition_max_bytes, 0) for ft in req.topics for fp in ft.partitions),
+        )
+        grant = self.memory.fetches.grant(want)
+        self._fetch_held += grant
+        if grant < want or any(
+            fp.partition_max_bytes > grant for ft in req.topics for fp in ft.partitions
+        ):
+            req = clamp_fetch(req, grant)
+        return req, grant
 
     def _error_answer(self, api: Api, call: Call, exc: BaseException) -> Any:
         """UNKNOWN_SERVER_ERROR in the request's own shape for a handler that
@@ -243,10 +418,17 @@ class Connection:
             return _CLOSE
         return answer
 
-    def _push(self, item: Any, cost: int, origin: tuple[Api, Call] | None) -> None:
+    def _push(
+        self,
+        item: Any,
+        cost: int,
+        origin: tuple[Api, Call] | None,
+        reserved: int = 0,
+        grant: int = -1,
+    ) -> None:
         self.state.admit(cost)
         self.server.pending_produce_bytes += cost
-        self._queue.append((item, cost, origin))
+        self._queue.append((item, cost, origin, reserved, grant))
         self._queue_wake.set()
 
     # ------------------------------------------------------------- writing
@@ -259,9 +441,10 @@ class Connection:
                 self._queue_wake.clear()
                 await self._queue_wake.wait()
                 continue
-            item, cost, origin = self._queue.popleft()
+            item, cost, origin, reserved, grant = self._queue.popleft()
             if item is _CLOSE:
                 return
+            fetch_bytes = max(grant, 0)
             data: Any = None
             try:
                 if isinstance(item, asyncio.Future):
@@ -277,15 +460,23 @@ class Connection:
                 parts = st.send(None if data is _CLOSE else data, cost)
                 self.server.release_produce_bytes(cost)
                 self._room.set()
-            if data is _CLOSE:  # not even an error answer could be formed
-                st.close(CloseReason.NO_ERROR_ANSWER)
-                self.closed_reason = CloseReason.NO_ERROR_ANSWER.value
-                self.writer.close()
-                return
-            if not parts:
-                continue
-            writer.writelines(parts)
-            await writer.drain()
+                if grant >= 0:  # account the Fetch response's real size from now on
+                    fetch_bytes = _size_of(data)
+                    if not self._released:
+                        self.memory.fetches.settle(grant, fetch_bytes)
+                        self._fetch_held += fetch_bytes - grant
+            try:
+                if data is _CLOSE:  # not even an error answer could be formed
+                    st.close(CloseReason.NO_ERROR_ANSWER)
+                    self.closed_reason = CloseReason.NO_ERROR_ANSWER.value
+                    self.writer.close()
+                    return
+                if not parts:
+                    continue
+                writer.writelines(parts)
+                await writer.drain()
+            finally:
+                self._release(reserved, fetch_bytes)
             # A response is activity too: idleness counts from the later of the
             # last read started and the last response written (as Kafka's).
             self._deadline = asyncio.get_running_loop().time() + self.limits.idle_timeout_s
@@ -299,3 +490,6 @@ class Connection:
         task = getattr(self, "_writer_task", None)
         if task is not None:
             task.cancel()
+        if self._read_task is not None and not self._reading:
+            # Waiting for memory or for room: no socket event would wake it now.
+            self._read_task.cancel()

@@ -1,12 +1,23 @@
-"""KafkaServer: the asyncio TCP listener speaking the Kafka protocol."""
+"""KafkaServer: the asyncio TCP listener speaking the Kafka protocol.
+
+Each new connection passes the listener's Admission (total, per address, creation
+rate; sink.kafka.admission) before anything is read from it; a refused one is
+closed at once (reset: no TIME_WAIT left behind), counted by reason, and logged
+once per interval with the count. Every listener of a node shares one NodeMemory
+(request and Fetch response budgets, sink.kafka.budget).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import socket
+import struct
 from typing import TYPE_CHECKING
 
+from sink.kafka.admission import Admission, RefuseReason
+from sink.kafka.budget import NodeMemory
 from sink.kafka.connection import Connection
 from sink.kafka.handlers import SUPPORTED, Advertised, HandlerContext
 from sink.kafka.limits import KafkaLimits
@@ -32,7 +43,9 @@ class KafkaServer:
         port: int,
         limits: KafkaLimits | None = None,
         advertised: dict[int, tuple[str, int]] | None = None,
+        memory: NodeMemory | None = None,
     ) -> None:
+        """memory: the node's budgets, shared by its listeners (None: this listener's own)."""
         self.service = service
         self.host = host
         self.port = port
@@ -48,7 +61,11 @@ class KafkaServer:
         self.pending_produce_bytes = 0
         self.room_waiters: set[asyncio.Event] = set()
         self.connections: set[Connection] = set()
-        self.rejected_connections = 0
+        self.memory = memory or NodeMemory.of(self.limits)
+        self.admission = Admission(self.limits, 0.0)
+        self.frame_timeouts = 0
+        """Connections closed because a frame granted memory did not arrive in time."""
+        self._refusal_log: asyncio.TimerHandle | None = None
         self.handler_errors = 0
         """Requests answered UNKNOWN_SERVER_ERROR because their handler raised (bugs)."""
         self._server: asyncio.base_events.Server | None = None
@@ -61,23 +78,65 @@ class KafkaServer:
         self.bound_port = self._server.sockets[0].getsockname()[1]
         log.info("kafka.listen host=%s port=%d", self.host, self.bound_port)
 
+    @property
+    def rejected_connections(self) -> int:
+        """Connections refused at accept, every reason."""
+        return sum(self.admission.refused.values())
+
+    def _refuse(self, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        with contextlib.suppress(OSError, AttributeError):
+            # Reset instead of FIN: a storm leaves no TIME_WAIT sockets on the node.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        self._log_refusals()
+
+    def _log_refusals(self) -> None:
+        loop = asyncio.get_running_loop()
+        line = self.admission.log_due(loop.time())
+        if line is not None:
+            log.warning("kafka.refused port=%d %s", self.bound_port, line)
+        due = self.admission.next_log_at()
+        if due is not None and self._refusal_log is None:
+
+            def flush() -> None:
+                self._refusal_log = None
+                self._log_refusals()
+
+            self._refusal_log = loop.call_at(due, flush)
+
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self.connections) >= self.limits.max_connections:
-            self.rejected_connections += 1
-            log.warning("kafka.reject max_connections=%d reached", self.limits.max_connections)
-            writer.close()
+        peer = writer.get_extra_info("peername")
+        addr = peer[0] if isinstance(peer, tuple) else str(peer)
+        if self.admission.admit(addr, asyncio.get_running_loop().time()) is not None:
+            self._refuse(writer)
             return
-        conn = Connection(self, reader, writer)
-        self.connections.add(conn)
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
         try:
-            await conn.run()
-        finally:
-            self.connections.discard(conn)
+            conn = Connection(self, reader, writer)
+            self.connections.add(conn)
+            task = asyncio.current_task()
             if task is not None:
-                self._tasks.discard(task)
+                self._tasks.add(task)
+            try:
+                await conn.run()
+            finally:
+                self.connections.discard(conn)
+                if task is not None:
+                    self._tasks.discard(task)
+        finally:
+            self.admission.release(addr)
+
+    def stats(self) -> dict[str, float]:
+        """Counters and gauges of this listener (metrics, status)."""
+        refused = self.admission.refused
+        out: dict[str, float] = {
+            "connections": len(self.connections),
+            "rejected_connections": self.rejected_connections,
+            "frame_timeouts": self.frame_timeouts,
+        }
+        for reason in RefuseReason:
+            out[f"refused_connections_{reason.name.lower()}"] = refused[reason]
+        return out
 
     def release_produce_bytes(self, n: int) -> None:
         if n:
@@ -86,6 +145,8 @@ class KafkaServer:
                 ev.set()
 
     async def stop(self) -> None:
+        if self._refusal_log is not None:
+            self._refusal_log.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):

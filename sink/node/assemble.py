@@ -30,13 +30,23 @@ import grpc
 from prometheus_client import start_http_server
 
 from raftlog.runtime import RaftNode
-from raftlog.transport import GrpcTransport, TransportOptions
+from raftlog.storage import DiskGuard
+from raftlog.transport import GatedTransport, GrpcTransport, TransportOptions
 from sink.config import SinkConfig, parse_hostport
+from sink.kafka import NodeMemory
 from sink.kafka.server import KafkaServer
-from sink.metrics import NodeCollector, make_registry
+from sink.lifecycle.producer_expiry import ProducerExpiry
+from sink.members.operator import MembershipOperator
+from sink.members.rpc import MembersEndpoint
+from sink.members.watch import MemberWatch
+from sink.metrics import KafkaCollector, NodeCollector, QuotaCollector, make_registry
+from sink.node.disk_watch import DiskWatch
+from sink.quotas import ClientQuotaManager, QuotaTable
 from sink.readapi.server import ReadApiService
 from sink.service import SinkService
 from sink.state import SinkStateMachine
+from sink.state.members import MemberAddress
+from sink.topics.worker import RetentionWorker
 
 log = logging.getLogger("sink.node")
 
@@ -58,13 +68,18 @@ class SinkNode:
         self.node: RaftNode | None = None
         self.fsm: SinkStateMachine | None = None
         self.service: SinkService | None = None
+        self.producer_expiry: ProducerExpiry | None = None
         self.kafka: KafkaServer | None = None
         self.kafka_external: KafkaServer | None = None
         self.transport: Any = None
+        self.disk: DiskWatch | None = None
+        self.retention: RetentionWorker | None = None
         self.read_api_port = 0
         self.metrics_port = 0
         self._read_server: grpc.aio.Server | None = None
         self._metrics_server: Any = None
+        self.members: MembershipOperator | None = None
+        self.member_watch: MemberWatch | None = None
 
     @property
     def server(self) -> KafkaServer | None:
@@ -76,11 +91,18 @@ class SinkNode:
     async def start(self) -> None:
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
-        self.transport = self._transport_override or self._grpc_transport()
+        self.disk = self._disk_watch()
+        # Inbound Raft traffic passes the disk gates (see DiskWatch).
+        self.transport = GatedTransport(
+            self._transport_override or self._grpc_transport(),
+            refuse_appends=lambda: not self.disk.appends_allowed(),
+            refuse_leadership=lambda: not self.disk.accepts_leadership(),
+        )
         self.fsm = SinkStateMachine(
             default_partitions=cfg.kafka.default_partitions,
             auto_create_topics=cfg.kafka.auto_create_topics,
         )
+        self.fsm.topic_configs.set_defaults(cfg.topics)
         self.node = RaftNode(
             cfg.node_id,
             cfg.data_dir,
@@ -89,9 +111,15 @@ class SinkNode:
             self.transport,
             cfg.node_options(),
             seed=self._seed,
+            join=cfg.node.join,
             compaction_limit=self._compaction_limit,
         )
         await self.node.start()
+        self.disk.node = self.node
+        self.retention = RetentionWorker(self.fsm, self.node, cfg.topics.retention_check_ms / 1000)
+        self.retention.start()
+        self.disk.on_refuse = self.retention.compact_now
+        self.disk.start()
         # The state machine serves batches from the committed Raft log (applying
         # starts on the next loop turn, so it is attached before any apply).
         self.fsm.attach_log(self.node.read_committed, self.node.first_index)
@@ -102,8 +130,28 @@ class SinkNode:
             brokers={i: parse_hostport("node.peers", p.kafka) for i, p in cfg.peers.items()},
             cluster_id=cfg.kafka.cluster_id,
             options=cfg.kafka.service,
+            quotas=ClientQuotaManager(self._quota_table, cfg.quotas),
+            write_gate=self.disk.admit_write,
+            offsets_options=cfg.offsets,
+            group_options=cfg.groups,
+            log_dir=os.path.abspath(cfg.data_dir),
         )
+        self.service.offsets.start()  # expiry rounds (acts only while leading)
+        # The live configuration is the log's (sink.members): `peers` is the initial one.
+        initial = {i: MemberAddress(p.raft, p.kafka, p.read_api) for i, p in cfg.peers.items()}
+        self.members = MembershipOperator(self.node, self.fsm, initial)
+        self.member_watch = MemberWatch(
+            self.node, self.fsm, self.service.brokers, initial, self._kafka_servers
+        )
+        self.producer_expiry = ProducerExpiry(
+            self.fsm,
+            self.service.apply_command,
+            self.node.is_leader,
+            cfg.producers.id_expiration_ms,
+        )
+        self.producer_expiry.start()
         await self._start_kafka()
+        self.member_watch.start()
         await self._start_read_api()
         self._start_metrics()
         log.warning(
@@ -114,6 +162,16 @@ class SinkNode:
             cfg.listen("read_api"),
         )
 
+    def _disk_watch(self) -> DiskWatch:
+        """The free-space reserve of every volume under the data directory (the log and
+        the snapshots may be mounts of their own)."""
+        cfg, storage = self.config, self.config.storage
+        paths = [cfg.data_dir, *(os.path.join(cfg.data_dir, d) for d in ("log", "snapshots"))]
+        guard = DiskGuard(
+            paths, reserve_bytes=storage.reserve_bytes, reserve_percent=storage.reserve_percent
+        )
+        return DiskWatch(guard, cfg.node_id, interval_s=storage.space_check_ms / 1000)
+
     def _grpc_transport(self) -> GrpcTransport:
         cfg = self.config
         others = {i: p.raft for i, p in cfg.peers.items() if i != cfg.node_id}
@@ -123,7 +181,9 @@ class SinkNode:
     async def _start_kafka(self) -> None:
         cfg = self.config
         host, port = parse_hostport("kafka.listen", cfg.listen("kafka"))
-        self.kafka = KafkaServer(self.service, host, port, cfg.kafka.limits)
+        # One memory budget for the node: every listener draws on it.
+        memory = NodeMemory.of(cfg.kafka.limits)
+        self.kafka = KafkaServer(self.service, host, port, cfg.kafka.limits, memory=memory)
         await self.kafka.start()
         if cfg.kafka.external_listen:
             ehost, eport = parse_hostport("kafka.external_listen", cfg.kafka.external_listen)
@@ -132,7 +192,7 @@ class SinkNode:
                 for i, a in cfg.kafka.external_addresses.items()
             }
             self.kafka_external = KafkaServer(
-                self.service, ehost, eport, cfg.kafka.limits, advertised=advertised
+                self.service, ehost, eport, cfg.kafka.limits, advertised=advertised, memory=memory
             )
             await self.kafka_external.start()
 
@@ -142,7 +202,9 @@ class SinkNode:
             self.node,
             self.fsm,
             self._wait_for_data,
-            leader_read_api=lambda i: cfg.peers[i].read_api if i in cfg.peers else None,
+            leader_read_api=self._read_api_of,
+            extra_status=self._extra_status,
+            members=MembersEndpoint(self.members, self._read_api_of, self.member_watch.retire),
         )
         server = grpc.aio.server(
             options=[("grpc.max_send_message_length", READ_API_MAX_MESSAGE_BYTES)]
@@ -154,12 +216,27 @@ class SinkNode:
         await server.start()
         self._read_server = server
 
+    def _read_api_of(self, node_id: int) -> str | None:
+        """A member's read API address: the log's, else the `peers` setting's."""
+        addr = self.members.address_of(node_id) if self.members else None
+        return addr.read_api if addr else None
+
+    def _kafka_servers(self) -> list[KafkaServer]:
+        return [k for k in (self.kafka, self.kafka_external) if k is not None]
+
     def _start_metrics(self) -> None:
         cfg = self.config
         if not cfg.node.metrics_listen:
             return
         host, port = parse_hostport("node.metrics_listen", cfg.node.metrics_listen)
-        registry = make_registry(NodeCollector(self.node, self.transport, self._extra_metrics))
+        assert self.service is not None
+        registry = make_registry(
+            NodeCollector(
+                self.node, self.transport, self._extra_metrics, gauges=self._extra_gauges
+            ),
+            KafkaCollector(cfg.node_id, self.kafka_stats),
+            QuotaCollector(str(cfg.node_id), self.service.quotas),
+        )
         self._metrics_server, _ = start_http_server(port, addr=host, registry=registry)
         self.metrics_port = self._metrics_server.server_port
 
@@ -173,9 +250,72 @@ class SinkNode:
             "kafka_handler_errors": kafka.handler_errors,
             "produce_inflight_duplicates": svc.inflight_duplicates,
             "produce_committed_duplicates": svc.committed_duplicates,
+            # consumer-group offsets removed by this node's expiry entries
+            "group_offsets_expired": svc.offsets.expired_total,
+            # consumer groups coordinated here (sink.groups): live groups, rebalances
+            # started and members evicted by this node since it started
+            "groups": len(svc.groups.core.groups),
+            "group_rebalances": svc.groups.core.rebalances,
+            "group_evictions": svc.groups.core.evictions,
+            **(self.disk.counters() if self.disk is not None else {}),
+            **(self.retention.counters() if self.retention is not None else {}),
+            "disk_refused_appends": self.transport.refused_appends,
+            "disk_refused_transfers": self.transport.refused_transfers,
         }
 
+    def kafka_stats(self) -> dict[str, float]:
+        """The Kafka listeners' overload figures: their shared memory budgets, and
+        connections and refusals summed over the listeners (metrics, status)."""
+        servers = [k for k in (self.kafka, self.kafka_external) if k is not None]
+        if not servers:
+            return {}
+        out = dict(servers[0].memory.stats())
+        for k in servers:
+            for name, value in k.stats().items():
+                out[name] = out.get(name, 0) + value
+        return out
+
+    def _extra_gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
+        out = self.disk.gauges() if self.disk is not None else []
+        if self.fsm is not None:
+            held = len(self.fsm.group_offsets)
+            out.append(("group_offsets_committed", "Consumer-group offsets held", {}, held))
+        return out
+
+    def _extra_status(self) -> dict[str, Any]:
+        """Added to the read API's Status (`raftsink status`): the Kafka listeners'
+        overload figures and, when storage is guarded, the disk guard's state."""
+        out: dict[str, Any] = {"kafka": self.kafka_stats()}
+        if self.service is not None:
+            out["quotas"] = self.service.quota_status()
+        if self.disk is not None:
+            out["disk_guard"] = self.disk.status()
+        return out
+
+    async def hand_off_leadership(self, timeout_s: float) -> int | None:
+        """Graceful shutdown's first step: a leader hands leadership to its most
+        caught-up voter (TimeoutNow once that one has the whole log). Returns the new
+        leader, or None (not leading, no other voter, or timeout: the others then
+        elect one after an election timeout, as after a crash)."""
+        node, members = self.node, self.members
+        if node is None or members is None or not node.is_leader() or timeout_s <= 0:
+            return None
+        target = members.most_caught_up()
+        if target is None:
+            return None
+        try:
+            await asyncio.wait_for(node.transfer_leader(target, timeout=timeout_s), timeout_s)
+        except Exception as exc:  # shutting down anyway: say why the hand-off failed
+            log.warning("sink.shutdown hand-off to node %d failed: %r", target, exc)
+            return None
+        log.warning("sink.shutdown node=%d handed leadership to node %d", node.id, target)
+        return target
+
     async def stop(self) -> None:
+        if self.member_watch is not None:
+            await self.member_watch.stop()
+        if self.producer_expiry is not None:
+            await self.producer_expiry.stop()
         for kafka in (self.kafka, self.kafka_external):
             if kafka is not None:
                 await kafka.stop()
@@ -183,6 +323,14 @@ class SinkNode:
             await self._read_server.stop(grace=0.5)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
+        if self.service is not None:
+            await self.service.offsets.stop()
+        if self.disk is not None:
+            await self.disk.stop()
+        if self.retention is not None:
+            await self.retention.stop()
+        if self.service is not None:
+            self.service.groups.close()
         if self.node is not None:
             await self.node.stop()
 
@@ -193,16 +341,27 @@ class SinkNode:
 
     # ---------------------------------------------------- policies of the node
 
+    def _quota_table(self) -> QuotaTable:
+        """The applied client quota configuration (a snapshot load replaces the object)."""
+        assert self.fsm is not None
+        return self.fsm.quotas
+
     def _compaction_limit(self) -> int | None:
-        """Retention: compact to retention.max_entries, never past data a registered
-        pipeline still needs, unless retention.hard_max_entries forces it."""
+        """How far the Raft log may compact: below what topic retention keeps (the
+        retention worker's limit: per-topic retention.ms / retention.bytes, pipelines'
+        holds and their hard limits); retention.max_entries compacts further to that
+        many entries, never past data a registered pipeline still needs; and
+        retention.hard_max_entries forces it."""
         retention, node, fsm = self.config.retention, self.node, self.fsm
         assert node is not None and fsm is not None
         applied = node.applied
-        limit = applied - retention.max_entries
-        floor = fsm.retention_floor_index()
-        if floor is not None:
-            limit = min(limit, floor)
+        limit = self.retention.limit if self.retention is not None else 0
+        if retention.max_entries:
+            by_count = applied - retention.max_entries
+            floor = fsm.retention_floor_index()
+            if floor is not None:
+                by_count = min(by_count, floor)
+            limit = max(limit, by_count)
         if retention.hard_max_entries:
             limit = max(limit, applied - retention.hard_max_entries)
         return limit

@@ -1,17 +1,45 @@
-"""`raftsink serve`: run one SinkNode until SIGTERM/SIGINT or a fatal storage error."""
+"""`raftsink serve`: run one SinkNode until SIGTERM/SIGINT or a fatal storage error.
+
+SIGTERM/SIGINT stop gracefully: a leader first hands leadership to its most caught-up
+voter (node.shutdown_handoff_ms), then listeners, read API and Raft stop in turn.
+
+A node whose storage fails (ENOSPC or EIO from a segment write, an fdatasync or LMDB's
+mdb_txn_commit; corrupt data) stops itself: one CRITICAL line `raftsink.node_stopped`
+naming the data directory and the errno, then exit code EXIT_STORAGE_FAILURE. Never a
+half-alive node: the disk queue refuses all further writes after a failure (a failed
+fsync is never retried as if the data were durable), so the only way on is a restart,
+whose recovery decides what is on disk. The other nodes go on while a majority is healthy.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
+import os
 import signal
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from raftlog.runtime.gc_tuning import tune_gc_for_latency
+from raftlog.storage.errors import CorruptLogError
+from raftlog.storage.identity import IdentityError
 from sink.config import SinkConfig
 from sink.node.assemble import SinkNode
 
 T = TypeVar("T")
+
+log = logging.getLogger("sink.node")
+
+EXIT_STORAGE_FAILURE = 3
+"""Exit code of a node that stopped itself because its storage failed (documented in
+docs/operations.md; `raftsink local` reports it)."""
+
+EXIT_CONFIG = 2
+"""Exit code of a node refused at start-up: a configuration error, or a data directory
+of another cluster or node (raftlog.storage.identity.IdentityError)."""
+
+_DISK_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EROFS)
 
 FATAL_POLL_S = 0.5
 """How often serve() looks for a fatal storage error (the node records it; a
@@ -30,7 +58,17 @@ def run_on_event_loop(kind: str, main: Coroutine[Any, Any, T]) -> T:
 async def serve(config: SinkConfig, ready_line: bool = True) -> None:
     """Run a node until SIGTERM/SIGINT; prints one 'ready' line on stdout when serving."""
     node = SinkNode(config)
-    await node.start()
+    try:
+        await node.start()
+    except IdentityError as exc:
+        log.critical("raftsink.identity_refused node=%d: %s", config.node_id, exc)
+        raise SystemExit(EXIT_CONFIG) from None
+    except CorruptLogError as exc:
+        _stop_on_corruption(config, exc)
+    except Exception as exc:
+        if storage_errno(exc) is None:
+            raise
+        _stop_loudly(config, exc)
     tune_gc_for_latency()
     if ready_line:
         print(
@@ -46,12 +84,85 @@ async def serve(config: SinkConfig, ready_line: bool = True) -> None:
     await asyncio.wait([stopped, fatal], return_when=asyncio.FIRST_COMPLETED)
     for task in (stopped, fatal):
         task.cancel()
+    if node.fatal_error is None:
+        # Graceful: a leader hands over before it stops accepting work, so produce
+        # stalls for one TimeoutNow round instead of an election timeout.
+        await node.hand_off_leadership(config.node.shutdown_handoff_ms / 1000)
     await node.stop()
     if node.fatal_error is not None:
-        raise SystemExit(f"node {config.node_id} stopped on a fatal error: {node.fatal_error!r}")
+        _stop_loudly(config, node.fatal_error)
 
 
 async def _watch_fatal(node: SinkNode) -> None:
     """A storage failure stops the node: exit loudly instead of serving half-dead."""
     while node.fatal_error is None:
         await asyncio.sleep(FATAL_POLL_S)
+
+
+def storage_errno(exc: BaseException) -> int | None:
+    """The disk errno (ENOSPC, EIO, EDQUOT, EROFS) behind exc or its causes, else None.
+    LMDB's errors carry no errno attribute, only strerror's text
+    ("mdb_txn_commit: No space left on device")."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in _DISK_ERRNOS:
+            return cur.errno
+        text = str(cur)
+        for code in _DISK_ERRNOS:
+            if os.strerror(code) in text:
+                return code
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _stop_on_corruption(config: SinkConfig, exc: CorruptLogError) -> None:
+    """Acknowledged data in the middle of this node's log is damaged: never skip it.
+    The cluster still has it on a majority, so the fix is to let the node come back
+    as a replacement (docs/operations.md, "Replacing a disk")."""
+    log.critical(
+        "raftsink.node_stopped node=%d dir=%s: %s. This node stopped itself (exit code %d) "
+        "and never serves or votes with a damaged log. To repair it from its peers, while a "
+        "majority of the other nodes is healthy: move %s away (keep it for inspection; "
+        "`raftsink verify` shows the damage) and start the node again with an empty data "
+        "directory: it rejoins as a replacement under a new incarnation, catches up from "
+        "the leader and votes again once admitted. If a majority of the nodes report "
+        "damage, do not do this: restore from a backup.",
+        config.node_id,
+        config.data_dir,
+        exc,
+        EXIT_STORAGE_FAILURE,
+        config.data_dir,
+    )
+    raise SystemExit(EXIT_STORAGE_FAILURE)
+
+
+def _corruption_in(exc: BaseException) -> CorruptLogError | None:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, CorruptLogError):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _stop_loudly(config: SinkConfig, exc: BaseException) -> None:
+    corrupt = _corruption_in(exc)
+    if corrupt is not None:
+        _stop_on_corruption(config, corrupt)
+    code = storage_errno(exc)
+    what = f"errno={errno.errorcode[code]} ({os.strerror(code)})" if code else "errno=none"
+    log.critical(
+        "raftsink.node_stopped node=%d dir=%s %s error=%r: this node stopped itself "
+        "(exit code %d); the cluster goes on while a majority is healthy. Fix the disk "
+        "(free space, replace it), then restart the node: recovery keeps what is durable",
+        config.node_id,
+        config.data_dir,
+        what,
+        exc,
+        EXIT_STORAGE_FAILURE,
+    )
+    raise SystemExit(EXIT_STORAGE_FAILURE)

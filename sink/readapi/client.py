@@ -97,5 +97,27 @@ class ReadApiClient:
             req, timeout=timeout, metadata=metadata
         )
 
+    async def members(
+        self, request: dict[str, Any], forwarded: bool = False, timeout: float = 60.0
+    ) -> pb.MembersReply:
+        """A membership call (sink/members); the reply's json, code and error say how it went."""
+        metadata = (("raftsink-forwarded", "1"),) if forwarded else None
+        return await self._call("Members", pb.MembersRequest, pb.MembersReply)(
+            pb.MembersRequest(json=json.dumps(request)), timeout=timeout, metadata=metadata
+        )
+
+    async def offsets_for_times(
+        self, queries: dict[tuple[str, int], int], timeout: float = 10.0
+    ) -> pb.OffsetsForTimesReply:
+        """{(topic, partition): timestamp ms} -> the first record at or after each."""
+        req = pb.OffsetsForTimesRequest(
+            queries=[
+                pb.TimeQuery(topic=t, partition=p, timestamp=ts) for (t, p), ts in queries.items()
+            ]
+        )
+        return await self._call(
+            "OffsetsForTimes", pb.OffsetsForTimesRequest, pb.OffsetsForTimesReply
+        )(req, timeout=timeout)
+
     async def close(self) -> None:
         await self._channel.close()

@@ -47,11 +47,18 @@ class ReadApiService:
         fsm: Any,
         wait_for_data: Callable[[str, int, int, float], Any] | None = None,
         leader_read_api: Callable[[int], str | None] | None = None,
+        extra_status: Callable[[], dict[str, Any]] | None = None,
+        members: Any = None,
     ) -> None:
+        """extra_status: more keys for Status (the node's other parts, e.g. "kafka")."""
         self.node = node
         self.fsm = fsm
         self.wait_for_data = wait_for_data
         self.leader_read_api = leader_read_api
+        self.extra_status = extra_status  # more Status fields (e.g. the disk guard)
+        # members: an object with `async call(json_text, forwarded) -> pb.MembersReply`
+        # (sink.members.rpc.MembersEndpoint, wired by sink.node), or None.
+        self._members = members
 
     async def status(self, req: pb.StatusRequest, ctx: grpc.aio.ServicerContext) -> pb.StatusReply:
         st = self.node.status()
@@ -60,6 +67,8 @@ class ReadApiService:
             for t, info in sorted(self.fsm.topics().items())
             for p in range(info.partitions)
         }
+        if self.extra_status is not None:
+            st.update(self.extra_status())
         return pb.StatusReply(json=json.dumps(st))
 
     async def partitions(
@@ -148,6 +157,42 @@ class ReadApiService:
         finally:
             await client.close()
 
+    async def members(
+        self, req: pb.MembersRequest, ctx: grpc.aio.ServicerContext
+    ) -> pb.MembersReply:
+        """Membership: list and changes (sink/members/rpc.py)."""
+        if self._members is None:
+            return pb.MembersReply(code="invalid", error="membership calls are not served here")
+        forwarded = dict(ctx.invocation_metadata() or ()).get("raftsink-forwarded")
+        return await self._members.call(req.json, bool(forwarded))
+
+    async def offsets_for_times(
+        self, req: pb.OffsetsForTimesRequest, ctx: grpc.aio.ServicerContext
+    ) -> pb.OffsetsForTimesReply:
+        """The first record at or after each timestamp (sink/state/time_lookup.py)."""
+        out = []
+        for q in req.queries:
+            if not self.fsm.has_partition(q.topic, q.partition):
+                out.append(
+                    pb.TimeOffset(
+                        topic=q.topic,
+                        partition=q.partition,
+                        offset=-1,
+                        timestamp=-1,
+                        error_code=ERR_UNKNOWN_TOPIC_OR_PARTITION,
+                    )
+                )
+                continue
+            try:
+                match = self.fsm.offset_for_timestamp(q.topic, q.partition, q.timestamp)
+            except Exception as exc:  # compacted under the lookup, a damaged batch
+                await ctx.abort(grpc.StatusCode.UNAVAILABLE, f"timestamp lookup failed: {exc}")
+            offset, ts = (-1, -1) if match is None else (match.offset, match.timestamp)
+            out.append(
+                pb.TimeOffset(topic=q.topic, partition=q.partition, offset=offset, timestamp=ts)
+            )
+        return pb.OffsetsForTimesReply(offsets=out)
+
     def handler(self) -> grpc.GenericRpcHandler:
         def unary(fn, req_cls, resp_cls):
             return grpc.unary_unary_rpc_method_handler(
@@ -167,6 +212,10 @@ class ReadApiService:
                     response_serializer=_serialize_fetch_reply,
                 ),
                 "Commit": unary(self.commit, pb.CommitRequest, pb.CommitReply),
+                "Members": unary(self.members, pb.MembersRequest, pb.MembersReply),
+                "OffsetsForTimes": unary(
+                    self.offsets_for_times, pb.OffsetsForTimesRequest, pb.OffsetsForTimesReply
+                ),
             },
         )
 

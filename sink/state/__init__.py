@@ -7,9 +7,10 @@ Public surface:
     CreateTopicResult  (error, topic) of a CREATE entry
     OffsetOutOfRange   raised by read() outside [log_start_offset, high_watermark]
     commands           entry encodings
+    quota_command      the ALTER_QUOTAS entry (client quotas through the log)
 """
 
-from sink.state import commands
+from sink.state import commands, quota_command
 from sink.state.machine import (
     CreateTopicResult,
     OffsetOutOfRange,
@@ -25,4 +26,5 @@ __all__ = [
     "SinkStateMachine",
     "TopicInfo",
     "commands",
+    "quota_command",
 ]

@@ -10,6 +10,13 @@ Every command starts with a one-byte tag. Encoding is explicit struct packing
     COMMIT      b"C" | u16 pipeline len | pipeline | u32 n |
                 n x (u16 topic len | topic | i32 partition | i64 offset)
                 offsets a consuming pipeline has durably processed (retention)
+    ALTER_QUOTAS b"Q" | client quota changes (sink/state/quota_command.py)
+    COMMIT_GROUP_OFFSETS b"O" / DELETE_GROUP_OFFSETS b"o" | consumer-group offsets
+                (sink/state/offset_command.py)
+    ALTER_CONFIGS b"K" | a topic's config changes (sink/topics/state.py)
+    CREATE_TOPIC_WITH_CONFIGS b"U" | a topic and its configs in one entry (sink/topics/state.py)
+    DELETE_TOPIC b"D", CREATE_PARTITIONS b"A", DELETE_RECORDS b"R",
+    EXPIRE_PRODUCERS b"X"   topic admin and producer expiry (sink/state/admin_commands.py)
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import struct
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
@@ -24,11 +25,23 @@ from typing import Any, NamedTuple
 from raftlog.entry import LogEntry
 from raftlog.runtime import StateMachine
 from raftlog.storage.errors import LogRangeError
+from sink.groups import records as group_records
 from sink.kafka.protocol.errors import ErrorCode, OffsetOutOfRange
+from sink.kafka.protocol.record_times import batch_max_timestamp
 from sink.kafka.protocol.records import patched_prefix, record_count
+from sink.quotas import QuotaTable
+from sink.state import admin_commands as acmd
 from sink.state import commands as cmd
+from sink.state import offset_command, quota_command, time_lookup, topic_admin
+from sink.state.epochs import EpochTable
+from sink.state.group_offsets import GroupOffsetTable
+from sink.state.groups import GroupStore
+from sink.state.members import MEMBER_ADDRESSES, MemberTable
 from sink.state.partitions import PartitionLog
 from sink.state.producers import SEQ_MODULUS, ProducerTable
+from sink.topics import retention as topic_retention
+from sink.topics import state as topic_state
+from sink.topics.configs import TopicConfigError, validate_all
 
 log = logging.getLogger("sink.state")
 
@@ -86,6 +99,20 @@ class SinkStateMachine(StateMachine):
         # pipeline still needs (see retention_floor_index).
         self.pipelines: dict[str, dict[tuple[str, int], int]] = {}
         self.on_leader_change: list[Callable[[], None]] = []
+        # Client quota configuration (ALTER_QUOTAS entries); rates are per node, not here.
+        self.quotas = QuotaTable()
+        # Committed consumer-group offsets (sink/state/group_offsets.py) and each
+        # partition's (term, first offset) rows for OffsetForLeaderEpoch (epochs.py).
+        self.group_offsets = GroupOffsetTable()
+        self.epochs = EpochTable()
+        # Topic configs (K / U entries) and what retention needs per batch (sink.topics).
+        self.topic_configs = topic_state.TopicConfigTable()
+        self.retention = topic_retention.RetentionIndex()
+        # Consumer groups' completed generations (sink.state.groups); the coordinator
+        # loads them when this node becomes leader.
+        self.groups = GroupStore()
+        # Member addresses (MEMBER_ADDRESSES entries; sink.members).
+        self.members = MemberTable()
 
     # ------------------------------------------------------------ wiring
 
@@ -128,6 +155,24 @@ class SinkStateMachine(StateMachine):
                 self.next_producer_id += 1
             elif tag == cmd.COMMIT_OFFSETS:
                 results.append(self._apply_commit(cmd.decode_commit_offsets(data)))
+            elif tag == quota_command.ALTER_QUOTAS:
+                results.append(self._apply_quotas(e))
+            elif tag == offset_command.COMMIT_GROUP_OFFSETS:
+                results.append(self.group_offsets.apply_commit(data, e.index, self.has_partition))
+            elif tag == offset_command.DELETE_GROUP_OFFSETS:
+                results.append(self.group_offsets.apply_delete(data, e.index))
+            elif tag == topic_state.ALTER_CONFIGS:
+                results.append(self._apply_alter_configs(e))
+            elif tag == topic_state.CREATE_TOPIC_WITH_CONFIGS:
+                results.append(self._apply_create_with_configs(e))
+            elif tag == group_records.GROUP_GENERATION:
+                results.append(self.groups.apply_generation(data, e.index))
+            elif tag == group_records.DELETE_GROUPS:
+                results.append(self._apply_delete_groups(data, e.index))
+            elif tag == MEMBER_ADDRESSES:
+                results.append(self._apply_members(e))
+            elif tag in acmd.TAGS:
+                results.append(self._apply_admin(tag, e))
             else:  # never crash a node over one entry it cannot read
                 log.error("sink.apply unknown command tag=%r index=%d", tag, e.index)
                 results.append(None)
@@ -141,7 +186,9 @@ class SinkStateMachine(StateMachine):
         part = self._parts.get((c.topic, c.partition))
         if part is None:
             return ProduceResult(ErrorCode.unknown_topic_or_partition, -1, -1)
-        count = record_count(memoryview(e.data)[c.batch_offset :])
+        batch = memoryview(e.data)[c.batch_offset :]
+        count = record_count(batch)
+        stamp = (batch_max_timestamp(batch), len(batch))  # the time index's row
         if c.producer_id >= 0:
             last_seq = (c.base_sequence + count - 1) % SEQ_MODULUS
             verdict = self.producers.check(
@@ -153,7 +200,8 @@ class SinkStateMachine(StateMachine):
                 )
             if verdict.error != ErrorCode.none:
                 return ProduceResult(verdict.error, -1, part.log_start_offset)
-            base = part.append(e.index, count)
+            base = part.append(e.index, count, *stamp)
+            self.epochs.note(c.topic, c.partition, e.term, base)
             self.producers.record(
                 c.producer_id,
                 c.topic,
@@ -162,10 +210,27 @@ class SinkStateMachine(StateMachine):
                 c.base_sequence,
                 last_seq,
                 base,
+                e.index,
             )
         else:
-            base = part.append(e.index, count)
+            base = part.append(e.index, count, *stamp)
+            self.epochs.note(c.topic, c.partition, e.term, base)
+        self.retention.on_append(
+            c.topic, c.partition, e.index, memoryview(e.data)[c.batch_offset :]
+        )
         return ProduceResult(ErrorCode.none, base, part.log_start_offset)
+
+    def _apply_delete_groups(self, data: bytes, index: int) -> int:
+        """DeleteGroups forgets the groups' generations and, as Kafka, their committed
+        offsets; returns how many groups had a generation."""
+        n = self.groups.apply_delete(data, index)
+        try:
+            ids = group_records.decode_delete(data)
+        except Exception:  # apply_delete logged it; nothing more to undo
+            return n
+        for g in ids:
+            self.group_offsets.delete_group(g)
+        return n
 
     def _apply_commit(self, c: cmd.CommitOffsetsCmd) -> int:
         """Record a pipeline's consumed offsets (they only move forward); returns
@@ -175,6 +240,39 @@ class SinkStateMachine(StateMachine):
             if (topic, partition) in self._parts and offset >= mine.get((topic, partition), 0):
                 mine[(topic, partition)] = offset
         return len(mine)
+
+    def _apply_quotas(self, e: LogEntry) -> ErrorCode:
+        """Client quota changes: all of the entry's alterations, or none if unreadable."""
+        try:
+            alterations = quota_command.decode_alter_quotas(e.data)
+        except Exception as exc:  # never crash a node over one entry it cannot read
+            log.error("sink.apply unreadable quota entry index=%d: %r", e.index, exc)
+            return ErrorCode.invalid_request
+        self.quotas.apply(alterations)
+        return ErrorCode.none
+
+    def _apply_members(self, e: LogEntry) -> int | None:
+        """A member's addresses (sink.members); an unreadable entry is skipped."""
+        try:
+            return self.members.apply(e.data)
+        except ValueError as exc:
+            log.error("sink.apply unreadable member entry index=%d: %r", e.index, exc)
+
+    def _apply_admin(self, tag: int, e: LogEntry) -> Any:
+        """Topic admin and producer expiry (sink/state/topic_admin.py)."""
+        try:
+            if tag == acmd.DELETE_TOPIC:
+                return topic_admin.apply_delete_topic(self, acmd.decode_delete_topic(e.data))
+            if tag == acmd.CREATE_PARTITIONS:
+                c = acmd.decode_create_partitions(e.data)
+                return topic_admin.apply_create_partitions(self, c)
+            if tag == acmd.DELETE_RECORDS:
+                c = acmd.decode_delete_records(e.data)
+                return topic_admin.apply_delete_records(self, c)
+            return self.producers.expire(acmd.decode_expire_producers(e.data))
+        except (ValueError, struct.error, UnicodeDecodeError) as exc:
+            log.error("sink.apply unreadable admin entry index=%d: %r", e.index, exc)
+            return None
 
     def retention_floor_index(self) -> int | None:
         """Highest Raft log index that can be compacted without removing a record
@@ -206,6 +304,39 @@ class SinkStateMachine(StateMachine):
         for p in range(c.partitions):
             self._parts[(c.name, p)] = PartitionLog()
         return CreateTopicResult(ErrorCode.none, info)
+
+    def _apply_alter_configs(self, e: LogEntry) -> tuple[ErrorCode, str | None]:
+        """A topic's configs changed (sink.topics.state) -> (error, message)."""
+        try:
+            c = topic_state.decode_alter(e.data)
+        except Exception as exc:  # never crash a node over one entry it cannot read
+            log.error("sink.apply unreadable config entry index=%d: %r", e.index, exc)
+            return ErrorCode.invalid_request, "unreadable entry"
+        if c.topic not in self._topics:
+            return ErrorCode.unknown_topic_or_partition, f"unknown topic {c.topic!r}"
+        msg, _ = self.topic_configs.apply_alter(c)
+        return (ErrorCode.none, None) if msg is None else (ErrorCode.invalid_config, msg)
+
+    def _apply_create_with_configs(self, e: LogEntry) -> CreateTopicResult:
+        """CreateTopics with configs: the topic and its configs in one entry (all or none)."""
+        try:
+            c = topic_state.decode_create(e.data)
+            configs = validate_all(c.configs)
+        except (TopicConfigError, ValueError, KeyError) as exc:
+            log.error("sink.apply refused create entry index=%d: %r", e.index, exc)
+            return CreateTopicResult(ErrorCode.invalid_config, None)
+        res = self._apply_create(cmd.CreateTopicCmd(c.name, c.partitions, c.topic_id))
+        if res.error == ErrorCode.none:
+            self.topic_configs.set(c.name, configs)
+        return res
+
+    def apply_retention(self, now_ms: int) -> tuple[int | None, int]:
+        """Retention by time and size (sink.topics.retention): moves log starts on this
+        node -> (highest compactable log index or None: no partition retains data,
+        batches removed)."""
+        return topic_retention.apply_retention(
+            self.retention, self._parts, self.pipelines, self.topic_configs.policy, now_ms
+        )
 
     # ---------------------------------------------------------- leadership
 
@@ -251,6 +382,40 @@ class SinkStateMachine(StateMachine):
         if self._first_index is not None:
             part.trim_below(self._first_index())
         return part.log_start_offset
+
+    def offset_for_timestamp(
+        self, topic: str, partition: int, timestamp: int
+    ) -> time_lookup.TimeMatch | None:
+        """ListOffsets by time: the first retained record with a timestamp >= timestamp,
+        or, for -3 (MAX_TIMESTAMP), the record with the largest timestamp; None: no such
+        record (KafkaError on an unknown partition; OffsetOutOfRange if compacted under
+        the lookup twice)."""
+        part = self._part(topic, partition)
+        for _ in range(3):
+            if self._first_index is not None:
+                part.trim_below(self._first_index())
+            try:
+                if timestamp == -3:
+                    return time_lookup.offset_of_max_time(part, self._read_entry)
+                return time_lookup.offset_for_time(part, timestamp, self._read_entry)
+            except LogRangeError:  # compacted under the lookup: trim, then look again
+                continue
+        raise OffsetOutOfRange(f"{topic}-{partition} compacted during a timestamp lookup")
+
+    def _read_entry(self, index: int) -> LogEntry:
+        if self._read_entries is None:
+            raise RuntimeError("SinkStateMachine.attach_log() was not called")
+        entries = self._read_entries(index, 1, 1)
+        if not entries or entries[0].index != index:
+            raise LogRangeError(index)
+        return entries[0]
+
+    def partition_size(self, topic: str, partition: int) -> int:
+        """Stored batch bytes of the partition's retained batches (DescribeLogDirs)."""
+        part = self._part(topic, partition)
+        if self._first_index is not None:
+            part.trim_below(self._first_index())
+        return part.retained_bytes()
 
     def read_parts(
         self, topic: str, partition: int, offset: int, max_bytes: int
@@ -326,6 +491,13 @@ class SinkStateMachine(StateMachine):
                 name: [[t, p, o] for (t, p), o in offs.items()]
                 for name, offs in self.pipelines.items()
             },
+            "quotas": self.quotas.to_json(),
+            "group_offsets": self.group_offsets.to_json(),
+            "epochs": self.epochs.to_json(),
+            "topic_configs": self.topic_configs.to_json(),
+            "retention": self.retention.to_json(),
+            "groups": self.groups.to_json(),
+            "members": self.members.to_json(),
         }
         return zlib.compress(json.dumps(state, separators=(",", ":")).encode(), 1)
 
@@ -344,4 +516,11 @@ class SinkStateMachine(StateMachine):
             name: {(t, p): o for t, p, o in offs}
             for name, offs in state.get("pipelines", {}).items()
         }
+        self.quotas = QuotaTable.from_json(state.get("quotas", []))
+        self.group_offsets = GroupOffsetTable.from_json(state.get("group_offsets", {}))
+        self.epochs = EpochTable.from_json(state.get("epochs", []))
+        self.topic_configs.load_json(state.get("topic_configs", {}))
+        self.retention.load_json(state.get("retention", []))
+        self.groups = GroupStore.from_json(state.get("groups", []))
+        self.members = MemberTable.from_json(state.get("members", []))
         self._notify_data()

@@ -45,6 +45,7 @@ INVALID_EPOCH = Verdict(ErrorCode.invalid_producer_epoch)
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
+    last_index: int = 0  # Raft log index of the last accepted batch (producer expiry)
     # (first_seq, last_seq, base_offset), oldest first
     batches: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=NUM_BATCHES_TO_RETAIN)
@@ -84,13 +85,36 @@ class ProducerTable:
         first_seq: int,
         last_seq: int,
         base_offset: int,
+        log_index: int = 0,
     ) -> None:
-        """Remember an accepted batch (call only after check() said ACCEPT)."""
+        """Remember an accepted batch (call only after check() said ACCEPT); log_index:
+        the Raft entry holding it (what producer expiry compares with)."""
         key = (pid, topic, partition)
         entry = self.entries.get(key)
         if entry is None or entry.epoch != epoch:
             entry = self.entries[key] = ProducerEntry(epoch)
         entry.batches.append((first_seq, last_seq, base_offset))
+        entry.last_index = log_index
+
+    def last_indexes(self) -> dict[int, int]:
+        """producer id -> the log index of its latest accepted batch, any partition."""
+        out: dict[int, int] = {}
+        for (pid, _t, _p), entry in self.entries.items():
+            if entry.last_index > out.get(pid, -1):
+                out[pid] = entry.last_index
+        return out
+
+    def expire(self, expired: list[tuple[int, int]]) -> int:
+        """Forget each (pid, last index) producer's state in every partition, unless it
+        appended after that index (it came back); returns how many entries went.
+        A forgotten producer that returns is accepted as unknown (see check())."""
+        cutoff = dict(expired)
+        gone = [
+            k for k, e in self.entries.items() if k[0] in cutoff and e.last_index <= cutoff[k[0]]
+        ]
+        for k in gone:
+            del self.entries[k]
+        return len(gone)
 
     def drop_partition(self, topic: str, partition: int) -> None:
         for key in [k for k in self.entries if k[1] == topic and k[2] == partition]:
@@ -98,15 +122,15 @@ class ProducerTable:
 
     def to_json(self) -> list:
         return [
-            [p, t, q, e.epoch, [list(b) for b in e.batches]]
+            [p, t, q, e.epoch, [list(b) for b in e.batches], e.last_index]
             for (p, t, q), e in self.entries.items()
         ]
 
     @classmethod
     def from_json(cls, rows: list) -> ProducerTable:
         table = cls()
-        for p, t, q, epoch, batches in rows:
-            entry = ProducerEntry(epoch)
+        for p, t, q, epoch, batches, *rest in rows:
+            entry = ProducerEntry(epoch, rest[0] if rest else 0)
             entry.batches.extend(tuple(b) for b in batches)
             table.entries[(p, t, q)] = entry
         return table

@@ -18,8 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from kio.index import load_request_schema
-
+from sink.kafka.protocol import request_schema
 from sink.process_cluster import SinkProcessCluster
 from tests.helpers.kafka_schema import WireError, decode_response, encode_request, frame
 from tests.helpers.kafka_values import Context, valid_request
@@ -197,7 +196,7 @@ class Harness:
 
 def create_topic(port: int, topic: str, partitions: int = 1) -> int:
     """CreateTopics v2 on the leader; the error code (0 or 36 already exists)."""
-    req = valid_request(load_request_schema(19, 2), Context(topic=topic))
+    req = valid_request(request_schema(19, 2), Context(topic=topic))
     t = dataclasses.replace(req.topics[0], num_partitions=partitions)
     req = dataclasses.replace(req, topics=(t,))
     c = Conn(port)
@@ -214,7 +213,7 @@ def topic_id(port: int, topic: str) -> uuid.UUID:
     hi = advertised(port)[3][1]
     if hi < 10:
         return uuid.UUID(int=0)
-    req = valid_request(load_request_schema(3, hi), Context(topic=topic))
+    req = valid_request(request_schema(3, hi), Context(topic=topic))
     c = Conn(port)
     try:
         _, resp = call(c, req, 4)
@@ -231,11 +230,15 @@ def running_cluster(base: str, topics: tuple[str, ...] = ("harness",)) -> Iterat
 
     The election timeout is 50 ticks (1.5-3 s) instead of 10: the tests expect
     one leader throughout, and a 2-core machine under fuzzing load can stall a
-    node long enough for a 0.3 s timeout to start an election."""
+    node long enough for a 0.3 s timeout to start an election. Time retention is off:
+    the harness's batches carry 1970 timestamps (tests/unit/sink/batches.py), which the
+    default 7-day retention.ms removes at the next retention check, as Kafka would."""
     cluster = SinkProcessCluster(
         base,
         3,
         extra_args=[
+            "--topics-retention-ms",
+            "-1",
             "--no-auto-create-topics",
             "--max-frame-bytes",
             str(MAX_FRAME),

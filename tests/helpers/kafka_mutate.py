@@ -14,8 +14,8 @@ import struct
 from dataclasses import dataclass
 
 from crc32c import crc32c
-from kio.index import load_request_schema
 
+from sink.kafka.protocol import request_schema
 from tests.helpers.kafka_schema import Landmark, encode_request, header_length, landmarks, uvarint
 from tests.helpers.kafka_values import Context, random_request, valid_request
 
@@ -51,7 +51,7 @@ def build_corpus(
     out = []
     for api_key, (lo, hi) in sorted(advertised.items()):
         for version in range(lo, hi + 1):
-            cls = load_request_schema(api_key, version)
+            cls = request_schema(api_key, version)
             reqs = [valid_request(cls, ctx)]
             reqs += [random_request(cls, rng, ctx) for _ in range(randoms)]
             for req in reqs:

@@ -27,9 +27,9 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from kio.index import load_response_schema
 from kio.serial import entity_reader
 
+from sink.kafka.protocol import response_schema
 from tests.helpers.kafka_wire import API_NAMES
 
 NO_RESPONSE = "no response: server closed the connection"
@@ -49,6 +49,7 @@ class Exchange:
     outcome: str = "pending"  # "response", NO_RESPONSE, CLIENT_CLOSED, "pending"
     errors: list[str] = field(default_factory=list)  # non-zero error codes in the response
     decode: str = ""  # "" when the response decoded strictly, else what went wrong
+    request: bytes = b""  # the request frame as the client sent it (after the size prefix)
 
     @property
     def api(self) -> str:
@@ -80,7 +81,7 @@ def _error_codes(entity: object) -> Iterator[str]:
 def decode_response(ex: Exchange, frame: bytes) -> None:
     """Decode `frame` (without its size prefix) as the answer to `ex`, strictly."""
     try:
-        cls = load_response_schema(ex.api_key, ex.api_version)
+        cls = response_schema(ex.api_key, ex.api_version)
         _hdr, n = entity_reader(cls.__header_schema__)(frame, 0)
         body, m = entity_reader(cls)(frame, n)
     except Exception as exc:  # any decode failure is a finding, recorded, not raised
@@ -190,7 +191,7 @@ class KafkaRecorder:
             while data := await cr.read(65536):
                 for frame in framer.feed(data):
                     key, ver, corr, cid = parse_request_header(frame)
-                    ex = Exchange(node, conn, cid, key, ver, corr)
+                    ex = Exchange(node, conn, cid, key, ver, corr, request=bytes(frame))
                     with self._lock:
                         self._exchanges.append(ex)
                         pending[corr] = ex

@@ -27,8 +27,9 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+
+from sink.kafka.protocol import request_schema, response_schema
 
 FIXED_WIDTH = {
     "int8": 1,
@@ -259,7 +260,7 @@ def strict_decode(cls: type, frame: bytes, pos: int = 0) -> Any:
 
 def decode_response(api_key: int, version: int, frame: bytes) -> tuple[Any, Any]:
     """(header, body) of a response frame (without size prefix), strictly."""
-    cls = load_response_schema(api_key, version)
+    cls = response_schema(api_key, version)
     hdr_cls = cls.__header_schema__
     hdr_end = walk(hdr_cls, frame, 0)
     header, used = entity_reader(hdr_cls)(frame, 0)
@@ -270,7 +271,7 @@ def decode_response(api_key: int, version: int, frame: bytes) -> tuple[Any, Any]
 def encode_header(
     api_key: int, version: int, corr: int, client_id: str | None = "harness"
 ) -> bytes:
-    hdr_cls = load_request_schema(api_key, version).__header_schema__
+    hdr_cls = request_schema(api_key, version).__header_schema__
     buf = io.BytesIO()
     values: dict[str, Any] = {
         "request_api_key": api_key,
@@ -301,7 +302,7 @@ def encode_request(entity: Any, corr: int, client_id: str | None = "harness") ->
 
 def header_length(api_key: int, version: int, payload: bytes) -> int:
     """Where the body starts in a request payload (after the size prefix)."""
-    return walk(load_request_schema(api_key, version).__header_schema__, payload, 0)
+    return walk(request_schema(api_key, version).__header_schema__, payload, 0)
 
 
 def inject_tag(

@@ -16,7 +16,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import random
+import struct
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +38,22 @@ class Context:
     group: str = "harness-group"
     records: bytes = field(default_factory=lambda: make_batch([b"harness"]))
     node_id: int = 1
+    message_set: bytes = field(default_factory=lambda: _message_v1(b"harness"))
+    """What Produce v0-2 carry instead of a RecordBatch v2 (a MessageSet v1)."""
+
+
+def _message_v1(value: bytes, timestamp: int = 1_700_000_000_000) -> bytes:
+    """One uncompressed magic-1 message at offset 0, laid out from the protocol (offset,
+    size, CRC-32 over magic..value, magic, attributes, timestamp, null key, value)."""
+    body = struct.pack(">bbqi", 1, 0, timestamp, -1) + struct.pack(">i", len(value)) + value
+    msg = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", 0, len(msg)) + msg
+
+
+def records_of(cls: type, ctx: Context) -> bytes:
+    """The valid records of cls's records field: message sets below Produce v3."""
+    legacy = getattr(cls, "__api_key__", None) == 0 and getattr(cls, "__version__", 9) < 3
+    return ctx.message_set if legacy else ctx.records
 
 
 # Arrays a valid request leaves empty (an element would ask for something else:
@@ -133,6 +151,8 @@ def valid_value(cls: type, ctx: Context, parent: str = "") -> Any:
             kwargs[name] = (v,)
         else:
             v = _valid_prim(name, spec.ktype or "", parent, ctx)
+            if spec.ktype == "records":
+                v = records_of(cls, ctx)
             if v is None and not spec.optional and spec.ktype == "string":
                 v = ""
             if v is None and spec.ktype == "datetime_i64" and not spec.optional:
@@ -232,6 +252,8 @@ def random_value(cls: type, rng: random.Random, ctx: Context, depth: int = 0) ->
             kwargs[spec.name] = _rand_prim(
                 rng, spec.name, spec.ktype or "", spec.optional and spec.tag is None, ctx
             )
+            if spec.ktype == "records" and kwargs[spec.name] == ctx.records:
+                kwargs[spec.name] = records_of(cls, ctx)
     return cls(**kwargs)
 
 

@@ -6,11 +6,10 @@ import io
 import socket
 import struct
 
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 
-from sink.kafka.protocol import build
+from sink.kafka.protocol import build, request_schema, response_schema
 
 API_NAMES: dict[int, str] = {
     key: "".join(part.title() for part in name.split("_")) for key, name in api_key_map.items()
@@ -19,7 +18,7 @@ API_NAMES: dict[int, str] = {
 
 
 def encode_request(api_key: int, version: int, corr: int, values: dict) -> bytes:
-    cls = load_request_schema(api_key, version)
+    cls = request_schema(api_key, version)
     buf = io.BytesIO()
     hdr = cls.__header_schema__
     entity_writer(hdr)(
@@ -52,7 +51,7 @@ def recv_exact(s: socket.socket, n: int) -> bytes:
 def read_response(s: socket.socket, api_key: int, version: int):
     (size,) = struct.unpack(">i", recv_exact(s, 4))
     frame = recv_exact(s, size)
-    cls = load_response_schema(api_key, version)
+    cls = response_schema(api_key, version)
     hdr, n = entity_reader(cls.__header_schema__)(frame, 0)
     resp, _ = entity_reader(cls)(frame, n)
     return hdr, resp

@@ -14,10 +14,10 @@ import os
 import socket
 import struct
 
-from kio.index import load_response_schema
 from kio.serial import entity_reader
 
 from raftlog.process_cluster import free_ports
+from sink.kafka.protocol import response_schema
 from sink.process_cluster import SinkProcessCluster
 from tests.helpers.kafka_recorder import KafkaRecorder
 from tests.helpers.kafka_wire import recv_exact
@@ -72,7 +72,7 @@ def served_versions(port: int, timeout: float = 5.0) -> dict[int, tuple[int, int
         s.sendall(struct.pack(">i", len(body)) + body)
         (size,) = struct.unpack(">i", recv_exact(s, 4))
         frame = recv_exact(s, size)
-    cls = load_response_schema(18, 0)
+    cls = response_schema(18, 0)
     _hdr, n = entity_reader(cls.__header_schema__)(frame, 0)
     resp, _ = entity_reader(cls)(frame, n)
     assert int(resp.error_code) == 0, resp.error_code

@@ -14,8 +14,7 @@ import dataclasses
 import struct
 from typing import Any
 
-from kio.index import load_request_schema
-
+from sink.kafka.protocol import request_schema
 from tests.helpers.kafka_schema import encode_request, header_length, landmarks
 from tests.helpers.kafka_values import Context, valid_request
 
@@ -24,7 +23,7 @@ def with_length(api_key: int, version: int, path: str, new: bytes) -> bytes:
     """The valid request of (api_key, version) with the length prefix of the
     field at `path` (e.g. ".topics", ".topic_data[0].partition_data")
     replaced by the bytes `new`."""
-    cls = load_request_schema(api_key, version)
+    cls = request_schema(api_key, version)
     wire = encode_request(valid_request(cls, Context()), 42)
     payload = wire[4:]
     marks = landmarks(cls, payload, header_length(api_key, version, payload))
@@ -45,7 +44,7 @@ def with_null(api_key: int, version: int, path: str) -> bytes:
     """The valid request of (api_key, version) with the array at `path` (e.g.
     "topic_data.partition_data": in the first element) written as null, and its
     elements left out, as a client that sends null would."""
-    req = valid_request(load_request_schema(api_key, version), Context())
+    req = valid_request(request_schema(api_key, version), Context())
     return encode_request(_set_null(req, path.split(".")), 42)
 
 

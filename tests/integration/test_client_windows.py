@@ -26,14 +26,19 @@ The window table (which versions each client sent, and what came back) is writte
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import socket
+import struct
 import subprocess
 import time
 from collections import defaultdict
 
 import pytest
+from kio.serial import entity_writer
 
+from sink.kafka.protocol import build, request_schema
 from tests.helpers import client_tools
 from tests.helpers.kafka_recorder import API_NAMES, NO_RESPONSE, Exchange
 from tests.helpers.recorded_cluster import RecordedSinkCluster, served_versions
@@ -221,13 +226,12 @@ def unsupported_sent(run: Run, served: dict[int, tuple[int, int]]) -> list[str]:
     return sorted(set(out))
 
 
-def assert_closed_below_window(run: Run, served: dict[int, tuple[int, int]], sent: str) -> None:
-    """The operation failed only because the server closed, as Kafka 4.0 does (KIP-896), a
-    request at a version below its window: `sent` ("API vN") was sent and not answered.
-    Kafka 3.7 still serves these versions; raftsink does not yet (kio has no schemas for
-    them): the open remainder of issue 19. When they are served, these tests assert success."""
-    assert not run.ok, "succeeded: the old version is served now; assert the records instead"
-    assert sent in unsupported_sent(run, served), run.why()
+def assert_sent(run: Run, *sent: str) -> None:
+    """The client really used these old versions ("API vN"; Kafka 3.7 serves them, KIP-896
+    removed them in 4.0), so the test's success proves they are served."""
+    used = {f"{e.api} v{e.api_version}" for e in run.exchanges}
+    missing = [s for s in sent if s not in used]
+    assert not missing, f"not sent: {missing}\n" + run.why()
 
 
 def assert_refused_by_client(run: Run, api: str, message: str) -> None:
@@ -356,9 +360,8 @@ def test_sarama_produce(cluster, served, sarama, version, op):
         # Sarama's config check: "Idempotent producer requires Version >= V0_11_0_0".
         assert_refused_by_client(run, "InitProducerId", "Idempotent producer requires Version")
         return
-    if version == "default":  # Sarama 1.22 at V0_8_2_0 produces with Produce v0
-        assert_closed_below_window(run, served, "Produce v0")
-        return
+    if version == "default":  # Sarama 1.22 at V0_8_2_0 produces with Produce v0 (magic 0)
+        assert_sent(run, "Produce v0")
     assert run.ok, run.why()
     sent = _expected(topic)
     reported = decoded(run.result["records"])
@@ -371,9 +374,8 @@ def test_sarama_consume(cluster, served, seeded, sarama, version):
     topic, recs = seeded
     run = run_sarama(cluster, sarama, version, "consume", topic)
     check_window_contract(run, served)
-    if version == "default":  # V0_8_2_0 asks for offsets with ListOffsets v0
-        assert_closed_below_window(run, served, "ListOffsets v0")
-        return
+    if version == "default":  # V0_8_2_0: ListOffsets v0, Fetch v0 (magic 0 message sets)
+        assert_sent(run, "ListOffsets v0", "Fetch v0")
     assert run.ok, run.why()
     check_records(decoded(run.result["records"]), recs)
 
@@ -390,8 +392,7 @@ def test_sarama_offset_commit(cluster, served, seeded, sarama, op):
     run = run_sarama(cluster, sarama, "newest", op, topic, n=7, timeout="10s")
     check_window_contract(run, served)
     if op == "commit":  # OffsetCommit v1, whatever the Config.Version
-        assert_closed_below_window(run, served, "OffsetCommit v1")
-        return
+        assert_sent(run, "OffsetCommit v1")
     assert run.ok, run.why()
     assert run.result["committed"] == 7
 
@@ -405,6 +406,33 @@ def test_sarama_compressed_produce(cluster, served, sarama, codec):
     assert run.ok, run.why()
     check_records(decoded(run.result["records"]), _expected(topic))
     check_records(read_back(cluster, topic), _expected(topic))
+
+
+@pytest.mark.parametrize(
+    "version, codec",
+    [("default", "gzip"), ("default", "snappy")]
+    + [("V0_10_0_0", c) for c in ("gzip", "snappy", "lz4")],
+)
+def test_sarama_old_compressed_produce(cluster, served, sarama, version, codec):
+    """Compressed wrapper messages in message sets: magic 0 in Produce v0 (Sarama's default
+    version; its lz4 needs V0_10_0_0) and magic 1 with relative inner offsets in Produce v2
+    (V0_10_0_0), converted at ingest, read back by librdkafka (Fetch v4+) and by Sarama
+    itself at the same version (Fetch v0 / v2, down-converted)."""
+    topic = f"sarama-{version}-{codec}"
+    produce, fetch = (
+        ("Produce v0", "Fetch v0") if version == "default" else ("Produce v2", "Fetch v2")
+    )
+    run = run_sarama(cluster, sarama, version, "produce", topic, codec=codec)
+    check_window_contract(run, served)
+    assert_sent(run, produce)
+    assert run.ok, run.why()
+    check_records(decoded(run.result["records"]), _expected(topic))
+    check_records(read_back(cluster, topic), _expected(topic))
+    back = run_sarama(cluster, sarama, version, "consume", topic)
+    check_window_contract(back, served)
+    assert_sent(back, fetch)
+    assert back.ok, back.why()
+    check_records(decoded(back.result["records"]), _expected(topic))
 
 
 def test_sarama_zstd_produce_v3_is_refused(cluster, sarama):
@@ -501,24 +529,53 @@ def test_sarama_version_sweep(cluster, served, seeded, sarama):
                 SWEEP.setdefault(version, {})[op] = "failed: " + run.result.get("error", "?")
                 bad.append(run.why())
     assert not bad, "\n".join(bad)
-    # From V0_11_0_0 on, Sarama 1.22 sends Produce v3, Fetch v4, ListOffsets v1, Metadata v1/v5,
-    # InitProducerId v0: all served. CreateTopics is v1 at V0_11 and v2 from V1_0_0_0.
+    # Every version Sarama 1.22 sends is served (Kafka 3.7's windows, old versions included):
+    # an operation fails only where Sarama itself refuses it (create below V0_10_0_0,
+    # idempotence below V0_11_0_0). CreateTopics is v1 at V0_10-V0_11 (not served: v2+).
+    for v in SARAMA_SWEEP:
+        for op in ("produce", "consume"):
+            assert SWEEP[v][op] == "ok", (v, op, SWEEP[v])
     works = {op: "ok" for op in SWEEP_OPS}
     assert all(SWEEP[v] == works for v in SARAMA_SWEEP[6:]), SWEEP
 
 
-def test_unsupported_version_logged_with_client(cluster, sarama):
+def test_unsupported_version_logged_with_client(cluster):
     """A refused version leaves one log line on the node that names the API, the version and
-    the client (issue 19: "one clear log line naming the client software"; Sarama sends no
-    ApiVersions, so its client id is what names it)."""
-    run = run_sarama(cluster, sarama, "default", "consume", "seeded")
-    refused = [e for e in run.exchanges if e.outcome == NO_RESPONSE]
-    assert refused, run.why()
-    logs = cluster.node_logs()
-    lines = [ln for ln in logs.splitlines() if refused[0].client_id in ln]
+    the client (issue 19: "one clear log line naming the client software"). Every version
+    Sarama sends is served now, so the probe is a raw Metadata v13 (Kafka 4.x; raftsink
+    serves 0-12) whose request header names the client, as Sarama's do (no ApiVersions)."""
+    client_id = "window-probe-unsupported"
+    cls = request_schema(3, 13)
+    hdr = cls.__header_schema__
+    buf = io.BytesIO()
+    header = {
+        "request_api_key": 3,
+        "request_api_version": 13,
+        "correlation_id": 1,
+        "client_id": client_id,
+    }
+    entity_writer(hdr)(buf, build(hdr, header))
+    body = {
+        "topics": None,
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+    entity_writer(cls)(buf, build(cls, body))
+    frame = buf.getvalue()
+    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        assert s.recv(4) == b"", "an unsupported version was answered (Kafka closes)"
+    deadline = time.monotonic() + 10
+    while True:
+        logs = cluster.node_logs()
+        lines = [ln for ln in logs.splitlines() if client_id in ln]
+        if lines or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)  # polling the log files for the line, with a deadline
     assert lines, (
-        f"no node log line names the client {refused[0].client_id!r} whose "
-        f"{refused[0].api} v{refused[0].api_version} was refused; the lines about it:\n"
+        f"no node log line names the client {client_id!r} whose Metadata v13 was refused; "
+        "the lines about it:\n"
         + "\n".join(ln for ln in logs.splitlines() if "unsupported" in ln)[-1500:]
     )
 
@@ -568,19 +625,16 @@ def test_kafkajs_fetch(cluster, served, seeded, kafkajs):
 
 
 def test_kafkajs_consume(cluster, served, seeded, kafkajs):
-    """The public KafkaJS consumer is always a group member (FindCoordinator, JoinGroup, ...).
-    Group membership is not served yet (issue 13): JoinGroup is not advertised, so the
-    consumer stops with KafkaJS's "server does not support the requested API version" and
-    sends no JoinGroup. This asserts that documented current behaviour; when issue 13 serves
-    the group APIs, it becomes a check of the records (as test_kafkajs_fetch does)."""
-    topic, _recs = seeded
+    """The public KafkaJS consumer is always a group member: FindCoordinator, JoinGroup,
+    SyncGroup and Heartbeat at KafkaJS's fixed versions (issue 13 serves them), then
+    Fetch; it reads every seeded record exactly once."""
+    topic, recs = seeded
     run = run_kafkajs(cluster, kafkajs, "consume", topic)
     check_window_contract(run, served)
-    assert 11 not in served, "JoinGroup is advertised now: check the consumed records (issue 13)"
-    assert not run.ok, run.why()
-    err = (run.result.get("error") or run.proc.stderr).lower()
-    assert "does not support the requested api version" in err, run.why()
-    assert all(e.api_key != 11 for e in run.exchanges), run.why()
+    assert run.ok, run.why()
+    assert any(e.api_key == 11 for e in run.exchanges), run.why()  # it joined a group
+    got = sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in run.result["records"])
+    check_records(got, recs)
 
 
 # ------------------------------------------------------------------ kcat (librdkafka 2.0.2)
@@ -634,6 +688,111 @@ def test_kcat_consume(cluster, served, seeded, kcat):
         for p, o, k, v in (ln.split(" ") for ln in run.proc.stdout.split("\n") if ln)
     )
     check_records(got, recs)
+
+
+# ------------------------------------------------------------------ librdkafka, no ApiVersions
+
+# broker.version.fallback -> the Produce and Fetch version librdkafka then speaks (magic 0
+# message sets, no timestamps, lz4 with KAFKA-3160's wrong header checksum). librdkafka 2.x
+# accepts only 0.9.0 and 0.8.x here (0.10+ means "ask ApiVersions"); magic 1 (Produce v2,
+# Fetch v2) is covered by Sarama at V0_10_0_0 and the sweep.
+FALLBACKS = {"0.8.2": 0, "0.9.0": 1}
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
+@pytest.mark.parametrize("fallback", sorted(FALLBACKS))
+def test_librdkafka_without_api_versions_round_trips(cluster, served, fallback, codec):
+    """confluent-kafka (librdkafka 2.16) with api.version.request=false: an old client that
+    never asks ApiVersions and speaks the versions of broker.version.fallback. Records with
+    keys and null values, compressed as asked, produced with magic-0 message sets (Produce
+    v0/v1), read back with message sets (Fetch v0/v1) and by a modern client."""
+    version = FALLBACKS[fallback]
+    topic = f"rdk-{fallback.replace('.', '_')}-{codec}"
+    cid = f"rdk-old-{fallback}-{codec}"
+    old = {
+        "bootstrap.servers": cluster.bootstrap_servers,
+        "client.id": cid,
+        "api.version.request": False,
+        "broker.version.fallback": fallback,
+    }
+    t0 = 1_700_000_000_000
+    sent = [(f"k{i}", None if i % 5 == 0 else f"{topic}-v{i}", t0 + i) for i in range(N)]
+    p = ck.Producer({**old, "compression.codec": codec, "linger.ms": 20, "acks": "all"})
+    errors: list = []
+    for i, (k, v, ts) in enumerate(sent):
+        p.produce(
+            topic,
+            key=k,
+            value=v,
+            partition=i % PARTITIONS,
+            timestamp=ts,
+            on_delivery=lambda e, m: e and errors.append(e),
+        )
+    assert p.flush(30) == 0 and not errors, errors
+    del p
+    c = ck.Consumer({**old, "group.id": cid, "enable.auto.commit": False})
+    got: list[tuple] = []
+    deadline = time.monotonic() + 30
+    try:
+        c.assign([ck.TopicPartition(topic, i, ck.OFFSET_BEGINNING) for i in range(PARTITIONS)])
+        while len(got) < N and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            value = None if m.value() is None else m.value().decode()
+            got.append((m.partition(), m.offset(), m.key().decode(), value, m.timestamp()))
+    finally:
+        c.close()
+    exchanges = _wait_settled(cluster, cid)
+    for e in exchanges:
+        WINDOWS[f"librdkafka-{fallback}"][e.api][e.api_version].add(_short(e))
+    versions = {(e.api, e.api_version) for e in exchanges}
+    assert ("Produce", version) in versions and ("Fetch", version) in versions, versions
+    assert all(e.api != "ApiVersions" for e in exchanges)
+    bad = [
+        e.describe()
+        for e in exchanges
+        if e.outcome not in ("response", "no response: client closed the connection") or e.decode
+    ]
+    assert not bad, bad  # close() ends a pending long poll: the client's own close
+    by_key = {k: (v, ts) for k, v, ts in sent}
+    assert sorted(k for _p, _o, k, _v, _t in got) == sorted(by_key), "records differ"
+    for part in range(PARTITIONS):
+        mine = sorted(r for r in got if r[0] == part)
+        assert [r[1] for r in mine] == list(range(len(mine))), f"partition {part}: offsets"
+        assert [int(r[2][1:]) for r in mine] == sorted(int(r[2][1:]) for r in mine)
+    for _p, _o, k, v, (ts_type, _ts) in got:
+        assert v == by_key[k][0], k
+        assert ts_type == ck.TIMESTAMP_NOT_AVAILABLE, k  # magic 0 carries none
+    # the modern path (RecordBatch v2, Fetch v4+) reads the converted batches too
+    modern = read_back_with_nulls(cluster, topic)
+    assert sorted((p, o, k) for p, o, k, _v in modern) == sorted((p, o, k) for p, o, k, *_ in got)
+    assert all(v == by_key[k][0] for _p, _o, k, v in modern)
+
+
+def read_back_with_nulls(cluster, topic: str) -> list[tuple[int, int, str, str | None]]:
+    c = ck.Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": f"modern-{topic}",
+            "enable.auto.commit": False,
+        }
+    )
+    out: list[tuple[int, int, str, str | None]] = []
+    deadline = time.monotonic() + 30
+    try:
+        c.assign([ck.TopicPartition(topic, i, ck.OFFSET_BEGINNING) for i in range(PARTITIONS)])
+        while len(out) < N and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            v = None if m.value() is None else m.value().decode()
+            out.append((m.partition(), m.offset(), m.key().decode(), v))
+    finally:
+        c.close()
+    return out
 
 
 # ------------------------------------------------------------------ the window table

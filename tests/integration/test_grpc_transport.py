@@ -228,3 +228,20 @@ def test_groups_registered_on_one_transport_get_their_own_messages():
         await b.close()
 
     run(main())
+
+
+def test_more_control_messages_than_one_batch_may_hold_all_arrive():
+    """A host with many groups queues thousands of control messages per tick: the sender
+    splits them into batches the receiver accepts (limits.max_messages), never one batch
+    the receiver would refuse whole (which aborted the stream, so nothing ever arrived)."""
+
+    async def main():
+        a, b, got = await pair()
+        n = 3 * 4096 + 17
+        a.send([Heartbeat(src=1, dst=2, term=3, commit=0) for _ in range(n)])
+        await wait_until(lambda: len(got) == n, what=f"{n} heartbeats")
+        assert b.stats.rejected_batches == 0 and a.stats.sent_batches >= 4
+        await a.close()
+        await b.close()
+
+    run(main())

@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kio.index import load_request_schema
 
+from sink.kafka.protocol import request_schema
 from tests.helpers.kafka_fuzz import HOLD_S, FuzzStats, NodeDown, Worker, run_fuzz
 from tests.helpers.kafka_harness import (
     Conn,
@@ -75,7 +75,7 @@ def current_leader(h: Harness) -> int:
 def produce_keep(h: Harness) -> list[bytes]:
     """Three batches on KEEP through the leader; the batches as sent."""
     hi = advertised(h.port(h.leader))[0][1]
-    cls = load_request_schema(0, hi)
+    cls = request_schema(0, hi)
     batches = [make_batch([f"keep-{i}-{j}".encode() for j in range(i + 1)]) for i in range(3)]
     c = Conn(h.port(h.leader))
     try:
@@ -102,7 +102,7 @@ def read_keep(h: Harness) -> list[bytes]:
     """The batches of KEEP from offset 0, as the leader serves them (Fetch)."""
     leader = current_leader(h)
     hi = min(advertised(h.port(leader))[1][1], 12)  # v13+ names topics by id
-    req = valid_request(load_request_schema(1, hi), Context(topic=KEEP))
+    req = valid_request(request_schema(1, hi), Context(topic=KEEP))
     c = Conn(h.port(leader))
     try:
         _hdr, resp = call(c, req, 99)

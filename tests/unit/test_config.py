@@ -108,7 +108,10 @@ _STR_SAMPLES = {
     "kafka.listen": "0.0.0.0:9094",
     "kafka.external_listen": "0.0.0.0:9095",
     "kafka.cluster_id": "prod-eu",
+    "raft.cluster_id": "raft-eu-1",
     "raft.listen": "0.0.0.0:7002",
+    "kafka.max_connections_per_ip_overrides": "10.0.0.7=5000,::1=3",
+    "topics.message_timestamp_type": "LogAppendTime",
 }
 _SPECIAL: dict[str, Any] = {
     "node.id": 2,

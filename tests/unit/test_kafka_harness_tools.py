@@ -9,9 +9,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
+from sink.kafka.protocol import request_schema, response_schema
 from tests.helpers.kafka_mutate import HUGE_UVARINTS, build_corpus, mutate
 from tests.helpers.kafka_schema import (
     WireError,
@@ -39,8 +39,8 @@ def all_schemas(loader) -> list[type]:
     return out
 
 
-REQUESTS = all_schemas(load_request_schema)
-RESPONSES = all_schemas(load_response_schema)
+REQUESTS = all_schemas(request_schema)
+RESPONSES = all_schemas(response_schema)
 
 
 def test_walk_agrees_with_kio_on_every_request_schema() -> None:
@@ -67,7 +67,7 @@ def test_walk_agrees_with_kio_on_every_response_schema() -> None:
 
 @pytest.mark.parametrize("api_key, version", [(0, 9), (1, 12), (3, 12), (19, 7), (8, 2)])
 def test_walk_refuses_every_truncation_and_huge_length(api_key: int, version: int) -> None:
-    cls = load_request_schema(api_key, version)
+    cls = request_schema(api_key, version)
     payload = encode_request(valid_request(cls, Context()), 7)[4:]
     start = header_length(api_key, version, payload)
     for cut in range(start, len(payload)):
@@ -83,7 +83,7 @@ def test_walk_refuses_every_truncation_and_huge_length(api_key: int, version: in
 
 def test_injected_unknown_tag_is_skipped_by_the_walk_and_refused_by_kio() -> None:
     """kio's reader refuses unknown tags (KeyError): the injected tag is really there."""
-    cls = load_request_schema(3, 12)
+    cls = request_schema(3, 12)
     body = encode_body(valid_request(cls, Context()))
     for m in [m for m in landmarks(cls, body) if m.kind == "tags"]:
         tagged = inject_tag(body, m)

@@ -3,8 +3,9 @@ __api_key__ (see handlers/api.py for the shape of a module).
 
 Advertise only what is served: librdkafka gates features on this list
 (Fetch >= 4 for RecordBatch v2, Fetch >= 10 for zstd, FindCoordinator for lz4,
-InitProducerId for idempotence). OffsetForLeaderEpoch (23) and telemetry (71)
-are deliberately absent. To add an API: write handlers/<api>.py with
+InitProducerId for idempotence; OffsetForLeaderEpoch turns on librdkafka's and the
+Java client's position validation after leader changes). Telemetry (71) is
+deliberately absent. To add an API: write handlers/<api>.py with
 `API = Api(...)` and list it in _MODULES; ApiVersions, the dispatcher, the docs
 table and the conformance harness pick it up from REGISTRY.
 """
@@ -14,16 +15,36 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from sink.kafka.handlers import (
+    alter_client_quotas,
+    alter_configs,
     api_versions,
+    create_partitions,
     create_topics,
+    delete_groups,
+    delete_records,
+    delete_topics,
+    describe_client_quotas,
+    describe_cluster,
+    describe_configs,
+    describe_groups,
+    describe_log_dirs,
+    describe_producers,
     fetch,
     find_coordinator,
+    heartbeat,
+    incremental_alter_configs,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
+    sync_group,
 )
 from sink.kafka.handlers.api import Api, Call, Response, answered, later
 from sink.kafka.handlers.api_versions import API_VERSIONS_KEY, encode_api_versions
@@ -40,6 +61,26 @@ _MODULES = (
     api_versions,
     create_topics,
     init_producer_id,
+    describe_client_quotas,
+    alter_client_quotas,
+    offset_delete,
+    offset_for_leader_epoch,
+    describe_configs,
+    alter_configs,
+    incremental_alter_configs,
+    join_group,
+    heartbeat,
+    leave_group,
+    sync_group,
+    describe_groups,
+    list_groups,
+    delete_groups,
+    delete_topics,
+    create_partitions,
+    delete_records,
+    describe_cluster,
+    describe_log_dirs,
+    describe_producers,
 )
 
 REGISTRY: MappingProxyType[int, Api] = MappingProxyType(

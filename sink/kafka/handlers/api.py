@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.errors import ErrorCode
+from sink.quotas import QuotaChannel
 
 Response = bytes | list[bytes | memoryview] | None
 """Response frame without the size prefix (parts for zero-copy Fetch), or None: no answer."""
@@ -41,6 +42,13 @@ class Call(NamedTuple):
     req: Any
     frame: bytes
     """The request frame as received (for relaying it to the leader)."""
+    quota: QuotaChannel | None = None
+    """The connection as client quotas see it (client id, mute deadline); None: unmetered."""
+    size: int = 0
+    """Bytes of the request frame as received (kept where `frame` is dropped: a priced
+    Produce is served from its parsed records); 0: len(frame)."""
+    client_host: str = ""
+    """The client's address as Kafka reports it ("/127.0.0.1"; DescribeGroups); "": unknown."""
 
 
 Handle = Callable[[HandlerContext, Call], Awaitable["asyncio.Future[Response]"]]

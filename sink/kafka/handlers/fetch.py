@@ -1,4 +1,4 @@
-"""Fetch (v4-v16, hand-rolled response; topics by id from v13, KIP-516).
+"""Fetch (v0-v16, hand-rolled response; topics by id from v13, KIP-516).
 
 Only applied (committed) data is served. A leader serves only after
 on_leader_start of its current term (an own-term entry applied), so its high
@@ -9,6 +9,10 @@ exist). Fetch honours max_wait/min_bytes with a wake-up on newly applied records
 declines fetch sessions (session_id 0), returns whole batches from the one
 containing fetch_offset, and at least one batch even above partition_max_bytes
 (KIP-74). v16 answers that send the client away name the leader (KIP-951).
+
+v0-3 answer with message sets down-converted from the stored batches, as Kafka 3.x
+does: magic 0 for v0-1, magic 1 for v2-3 (sink.kafka.protocol.messageset.down_convert
+states the size rules: v3 follows KIP-74, v0-2's partition_max_bytes is a hard limit).
 """
 
 from __future__ import annotations
@@ -21,10 +25,15 @@ from typing import Any
 from kio.schema.fetch.v16.request import FetchRequest
 
 from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.quota_throttle import fetch_bytes_cap, fetch_throttle
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.encoders import FetchPartition, encode_fetch
 from sink.kafka.protocol.errors import ErrorCode, OffsetOutOfRange
+from sink.kafka.protocol.messageset import down_convert
 from sink.kafka.protocol.records import ZSTD, ZSTD_MIN_FETCH, compression_of
+
+RECORD_BATCH_MIN_FETCH = 4  # below: message sets, down-converted from the stored batches
+_NO_MAX_BYTES = 0x7FFFFFFF  # Fetch v0-2 have no response max_bytes (KIP-74 added it in v3)
 
 # kio reads the all-zero topic id as None; the answer names the id as sent.
 _ZERO_TOPIC_ID = uuid.UUID(int=0)
@@ -70,9 +79,14 @@ def _beyond_high_watermark(ctx: HandlerContext, client_epoch: int) -> ErrorCode:
     return ErrorCode.offset_out_of_range
 
 
-def _collect(ctx: HandlerContext, req: Any, version: int) -> tuple[list, int, bool]:
+def _collect(
+    ctx: HandlerContext, req: Any, version: int, cap: int | None = None
+) -> tuple[list, int, bool]:
     fsm = ctx.partitions
-    budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
+    max_bytes = getattr(req, "max_bytes", _NO_MAX_BYTES)
+    budget = max_bytes if max_bytes > 0 else 1 << 30
+    if cap is not None:  # client quotas: no more than the quota windows absorb
+        budget = min(budget, cap)
     total = 0
     any_error = False
     serving = _serving_error(ctx)
@@ -141,10 +155,20 @@ def _collect(ctx: HandlerContext, req: Any, version: int) -> tuple[list, int, bo
                     parts.append(FetchPartition(idx, err, -1, -1, (), 0))
                     any_error = True
                     continue
-                for _base, prefix, rest in batches:
-                    pieces.append(prefix)
-                    pieces.append(rest)
-                    size += len(prefix) + len(rest)
+                if version < RECORD_BATCH_MIN_FETCH:
+                    try:
+                        pieces = _down_converted(batches, version, fp.fetch_offset, limit, total)
+                    except ValueError:  # records no decoder reads (stored by a v3+ Produce)
+                        err = ErrorCode.corrupt_message
+                        parts.append(FetchPartition(idx, err, hw, start, (), 0))
+                        any_error = True
+                        continue
+                    size = sum(len(p) for p in pieces)
+                else:
+                    for _base, prefix, rest in batches:
+                        pieces.append(prefix)
+                        pieces.append(rest)
+                        size += len(prefix) + len(rest)
             elif fp.fetch_offset < start:
                 parts.append(FetchPartition(idx, ErrorCode.offset_out_of_range, hw, start, (), 0))
                 any_error = True
@@ -152,6 +176,16 @@ def _collect(ctx: HandlerContext, req: Any, version: int) -> tuple[list, int, bo
             total += size
             parts.append(FetchPartition(idx, ErrorCode.none, hw, start, pieces, size))
     return topics, total, any_error
+
+
+def _down_converted(
+    batches: list, version: int, fetch_offset: int, limit: int, total: int
+) -> list[bytes]:
+    """Fetch v0-3: the stored batches as message set entries (magic 0 for v0-1, 1 for
+    v2-3); KIP-74's whole first message only for v3 and only as the response's first data."""
+    stored = ((base, bytes(prefix) + bytes(rest)) for base, prefix, rest in batches)
+    magic = 0 if version <= 1 else 1
+    return down_convert(stored, magic, fetch_offset, limit, first_whole=version >= 3 and not total)
 
 
 def _leader_hints(ctx: HandlerContext, topics: list) -> tuple[list, list]:
@@ -185,15 +219,21 @@ async def _long_poll(ctx: HandlerContext, call: Call) -> list:
     loop = asyncio.get_running_loop()
     wait_s = min(req.max_wait.total_seconds(), ctx.limits.max_fetch_wait_ms / 1000)
     deadline = loop.time() + max(wait_s, 0.0)
+    cap = fetch_bytes_cap(ctx, call)
     while True:
         ev = ctx.partitions.data_event()  # taken before reading: no lost wake-up
-        topics, total, any_error = _collect(ctx, req, call.version)
+        topics, total, any_error = _collect(ctx, req, call.version, cap)
         remaining = deadline - loop.time()
         if total >= max(req.min_bytes, 1) or any_error or remaining <= 0:
             endpoints: list = []
             if any_error and call.version >= 16:
                 topics, endpoints = _leader_hints(ctx, topics)
-            return encode_fetch(call.version, call.corr, topics, node_endpoints=endpoints)
+            throttle, empty = fetch_throttle(ctx, call, total)  # client quotas (muting)
+            if empty:  # was over its quota already: nothing, as Kafka answers
+                topics, endpoints = [], []
+            return encode_fetch(
+                call.version, call.corr, topics, node_endpoints=endpoints, throttle_time_ms=throttle
+            )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ev.wait(), remaining)
 
@@ -217,12 +257,13 @@ def error_response(
 
 API = Api(
     FetchRequest,
-    (4, 16),
+    (0, 16),
     handle,
     error_response,
     summary=(
-        "hand-rolled response; topics by id from v13 (KIP-516, UNKNOWN_TOPIC_ID); v16 "
-        "names the leader on NOT_LEADER_OR_FOLLOWER (KIP-951); `session_id` 0 "
+        "hand-rolled response; v0-3 down-converted to message sets (magic 0 for v0-1, 1 "
+        "for v2-3; headers dropped; v0-2 partition_max_bytes a hard limit); topics by id "
+        "from v13 (KIP-516, UNKNOWN_TOPIC_ID); v16 names the leader on NOT_LEADER_OR_FOLLOWER (KIP-951); `session_id` 0 "
         "(sessionless); max_wait/min_bytes honoured; at least one whole batch even above "
         "partition_max_bytes"
     ),

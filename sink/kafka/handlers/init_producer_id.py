@@ -1,5 +1,12 @@
 """InitProducerId: a new PID with epoch 0 for every non-transactional request (KIP-98).
 
+Transactions are not served: a request with a transactional_id is refused at once with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a non-retriable error for every client:
+librdkafka's init_transactions() raises it as fatal within milliseconds
+(tests/integration/test_group_offsets_failover.py), where a retriable coordinator
+error would keep it retrying until its timeout. Until transactions exist, no
+transactional id is authorized.
+
 A follower relays the request to the leader (librdkafka keeps asking the same
 broker), answering NOT_COORDINATOR only if that fails.
 """
@@ -29,7 +36,7 @@ async def _run(ctx: HandlerContext, call: Call) -> bytes:
     lead = ctx.leadership
     ep = lead.forward_endpoint()
     if call.req.transactional_id is not None:
-        err, pid, epoch = ErrorCode.invalid_request, -1, -1
+        err, pid, epoch = ErrorCode.transactional_id_authorization_failed, -1, -1
     elif not lead.is_leader() and ep is not None and ep[0] != lead.node_id and call.frame:
         try:
             return await forward_frame(ep[1], ep[2], call.frame)
@@ -58,7 +65,8 @@ API = Api(
     handle,
     error_response,
     summary=(
-        "null transactional id only; a new PID (allocated through the log) with epoch 0; "
+        "null transactional id only (a transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "
+        "at once); a new PID (allocated through the log) with epoch 0; "
         "a follower relays the request to the leader"
     ),
 )

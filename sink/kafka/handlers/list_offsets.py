@@ -1,10 +1,24 @@
-"""ListOffsets: -1 latest (high watermark), -2 / -4 earliest, -3 max timestamp
-(approximated by the last offset, timestamp -1). Lookup by a real timestamp is
-not supported: answered with offset -1 (no such record)."""
+"""ListOffsets: -1 latest (high watermark), -2 / -4 earliest (log start), -3 the
+record with the largest timestamp (KIP-734: its offset and timestamp), any other
+timestamp the first retained record whose timestamp is >= it (KIP-79: its exact
+offset and timestamp, leader_epoch the term of the entry holding it; offset -1 and
+timestamp -1 when no record is that late). Lookups use the partition's time index
+and decode one batch (sink/state/time_lookup.py); LogAppendTime topics compare the
+append time stored in the batch header. A time before the log start answers the
+first retained record.
+
+v0 (pre-KIP-79) answers an array, old_style_offsets, of at most max_num_offsets
+offsets, newest first: Kafka lists the log end and then the base offsets of the
+segments older than the timestamp. raftsink has one notional segment starting at
+the log start, so: latest -> [high watermark, log start] (the start only when it
+differs), earliest -> [log start], a real timestamp -> [] (v0's segment semantics
+are not modelled); each cut to max_num_offsets (0 or less -> []).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from kio.schema.list_offsets.v8.request import ListOffsetsRequest
@@ -12,7 +26,11 @@ from kio.schema.list_offsets.v8.request import ListOffsetsRequest
 from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
-from sink.kafka.protocol.errors import ErrorCode
+from sink.kafka.protocol.errors import ErrorCode, OffsetOutOfRange
+from sink.kafka.protocol.records import BatchError
+
+log = logging.getLogger("sink.kafka")
+_SPECIAL = (-1, -2, -4)
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
@@ -39,17 +57,45 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
                 start = fsm.log_start_offset(t.name, p.partition_index)
                 ts = p.timestamp
                 if ts == -1:
-                    off = hw
+                    entry.update(offset=hw, leader_epoch=epoch)
                 elif ts in (-2, -4):
-                    off = start
-                elif ts == -3:
-                    off = hw - 1 if hw > start else -1
-                else:
-                    off = -1
-                entry.update(offset=off, leader_epoch=epoch)
+                    entry.update(offset=start, leader_epoch=epoch)
+                elif call.version > 0:
+                    entry.update(_by_time(fsm, t.name, p.partition_index, ts))
+                if call.version == 0:
+                    entry["old_style_offsets"] = _old_style(ts, hw, start, p.max_num_offsets)
             parts.append(entry)
         topics.append({"name": t.name, "partitions": parts})
     return answered(_encode(call.version, call.corr, topics))
+
+
+def _by_time(fsm: Any, topic: str, partition: int, ts: int) -> dict[str, Any]:
+    """offset/timestamp/leader_epoch of a lookup by time (-3: the largest timestamp)."""
+    try:
+        match = fsm.offset_for_timestamp(topic, partition, ts)
+    except OffsetOutOfRange:  # compacted under the lookup: the client asks again
+        return {"error_code": ErrorCode.offset_not_available}
+    except BatchError as exc:  # a stored batch that cannot be decoded: say so, loudly
+        log.error("kafka.list_offsets %s-%d ts=%d: %s", topic, partition, ts, exc)
+        return {"error_code": ErrorCode.kafka_storage_error}
+    if match is None:
+        return {"offset": -1, "timestamp": -1, "leader_epoch": -1}
+    return {
+        "offset": match.offset,
+        "timestamp": match.timestamp,
+        "leader_epoch": match.leader_epoch,
+    }
+
+
+def _old_style(ts: int, hw: int, start: int, max_num: int) -> list[int]:
+    """v0's answer: offsets newest first, at most max_num of them."""
+    if ts == -1:
+        offsets = [hw, start] if hw != start else [hw]
+    elif ts == -2:
+        offsets = [start]
+    else:
+        offsets = []
+    return offsets[: max(max_num, 0)]
 
 
 def _entry(index: int, code: ErrorCode) -> dict[str, Any]:
@@ -59,6 +105,7 @@ def _entry(index: int, code: ErrorCode) -> dict[str, Any]:
         "timestamp": -1,
         "offset": -1,
         "leader_epoch": -1,
+        "old_style_offsets": [],
     }
 
 
@@ -79,11 +126,13 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes 
 
 API = Api(
     ListOffsetsRequest,
-    (1, 8),
+    (0, 8),
     handle,
     error_response,
     summary=(
-        "-1 latest (high watermark), -2/-4 earliest, -3 last offset; lookup by a real "
-        "timestamp answers offset -1 (not supported)"
+        "-1 latest (high watermark), -2/-4 earliest, -3 the record with the largest "
+        "timestamp; a real timestamp: the exact first record at or after it (time index + "
+        "one decoded batch), -1/-1 when none; v0 answers old_style_offsets: latest [high "
+        "watermark, log start], earliest [log start], cut to max_num_offsets"
     ),
 )

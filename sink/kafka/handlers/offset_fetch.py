@@ -1,6 +1,15 @@
-"""OffsetFetch, minimal: the offsets OffsetCommit kept in memory on the
-coordinator (see offset_commit.py). topics=null (v2+) asks for every partition
-the group committed. v8+ ask for several groups at once (one answer per group)."""
+"""OffsetFetch: the committed offsets as applied from the Raft log (offset_commit.py),
+answered by the group's coordinator once it has applied its own term's entry (so
+every offset acknowledged by an earlier coordinator is there): NOT_COORDINATOR /
+COORDINATOR_LOAD_IN_PROGRESS otherwise (group_gate.py). A partition without a
+committed offset answers offset -1, metadata "" and no error, as Kafka.
+
+topics=null (v2+) asks for every partition the group committed. v5+ return the
+committed leader epoch (KIP-320). v8+ ask for several groups at once (one answer and
+one error code per group). v9's member id / epoch (KIP-848) are not checked (no
+consumer-protocol groups); require_stable (v7+) needs nothing: no transactional
+offsets are ever pending. v0 has v1's shape (it read ZooKeeper-stored offsets in old
+brokers; Kafka 3.7 answers both from the same store, as this does)."""
 
 from __future__ import annotations
 
@@ -10,6 +19,7 @@ from typing import Any
 from kio.schema.offset_fetch.v9.request import OffsetFetchRequest
 
 from sink.kafka.handlers.api import Api, Call, Response, answered
+from sink.kafka.handlers.group_gate import coordinator_error
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -26,13 +36,13 @@ def _topics(ctx: HandlerContext, group: str, req_topics: Any, part_err: ErrorCod
     for name, idxs in wanted.items():
         parts = []
         for i in idxs:
-            off, meta = ctx.offsets.committed_offset(group, name, i) or (-1, "")
+            c = ctx.offsets.committed_offset(group, name, i)
             parts.append(
                 {
                     "partition_index": i,
-                    "committed_offset": off,
-                    "committed_leader_epoch": -1,
-                    "metadata": meta,
+                    "committed_offset": -1 if c is None else c.offset,
+                    "committed_leader_epoch": -1 if c is None else c.leader_epoch,
+                    "metadata": "" if c is None else c.metadata,
                     "error_code": part_err,
                 }
             )
@@ -42,20 +52,21 @@ def _topics(ctx: HandlerContext, group: str, req_topics: Any, part_err: ErrorCod
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     req, version = call.req, call.version
-    err = ErrorCode.none if ctx.leadership.is_leader() else ErrorCode.not_coordinator
     if version >= 8:
-        groups = [
-            {
-                "group_id": g.group_id,
-                "topics": _topics(ctx, g.group_id, g.topics, ErrorCode.none),
-                "error_code": err,
-            }
-            for g in req.groups
-        ]
+        groups = []
+        for g in req.groups:
+            err = coordinator_error(ctx, g.group_id)
+            topics = (
+                _topics(ctx, g.group_id, g.topics, ErrorCode.none)
+                if err == ErrorCode.none
+                else _mirror(g.topics, ErrorCode.none)
+            )
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": err})
         return answered(_encode(version, call.corr, {"groups": groups}))
-    # v0-1 carry the error per partition only; v2+ also (and only) at the top.
-    part_err = err if version < 2 else ErrorCode.none
-    topics = _topics(ctx, req.group_id, req.topics, part_err)
+    err = coordinator_error(ctx, req.group_id)
+    if err != ErrorCode.none:
+        return answered(error_response(version, call.corr, req, err))
+    topics = _topics(ctx, req.group_id, req.topics, ErrorCode.none)
     return answered(_encode(version, call.corr, {"topics": topics, "error_code": err}))
 
 
@@ -102,8 +113,11 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes 
 
 API = Api(
     OffsetFetchRequest,
-    (1, 9),
+    (0, 9),
     handle,
     error_response,
-    summary="same store; v8+ several groups per request",
+    summary=(
+        "the applied offsets on the coordinator; committed leader epoch v5+; v8+ several "
+        "groups per request; topics null: every committed partition"
+    ),
 )

@@ -1,4 +1,9 @@
-"""Produce (v3-v10, hand-rolled response).
+"""Produce (v0-v10, hand-rolled response).
+
+v0-2 carry a MessageSet v0/v1 (magic 0/1) instead of RecordBatch v2: it is converted
+at ingest into one RecordBatch v2 per partition (sink.kafka.protocol.messageset), so
+storage and everything downstream see only v2; a damaged set (bad CRC-32, truncation)
+is CORRUPT_MESSAGE for that partition.
 
 Dispatch (handle's await) validates every partition's batches and proposes them
 before returning, so a connection's batches reach the Raft log in request order;
@@ -9,15 +14,21 @@ and applied. acks=0: the future resolves to None (no response at all).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from kio.schema.produce.v9.request import ProduceRequest
 
 from sink.kafka.handlers.api import Api, Call, Response, answered
+from sink.kafka.handlers.quota_throttle import produce_throttle_ms
 from sink.kafka.handlers.services import HandlerContext, ProduceOutcome
 from sink.kafka.protocol.encoders import ProducePartition, encode_produce
 from sink.kafka.protocol.errors import ErrorCode
+from sink.kafka.protocol.messageset import decode_message_set, to_batch_v2
+from sink.kafka.protocol.record_check import check_records
 from sink.kafka.protocol.records import ZSTD, ZSTD_MIN_PRODUCE, BatchError, parse_batches
+
+RECORD_BATCH_MIN_PRODUCE = 3  # below: a MessageSet v0/v1, converted at ingest
 
 # Per partition: a final outcome now, or a future of one (a proposal).
 _Pending = list[tuple[str, list[tuple[int, "asyncio.Future | ErrorCode"]]]]
@@ -26,6 +37,7 @@ _Pending = list[tuple[str, list[tuple[int, "asyncio.Future | ErrorCode"]]]]
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     req = call.req
     acks = req.acks
+    throttle = produce_throttle_ms(ctx, call)  # client quotas: mutes the connection if over
     pending: _Pending = []
     for td in req.topic_data:
         name = td.name
@@ -34,7 +46,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         topic_err = ErrorCode.none
         if acks not in (0, 1, -1):
             topic_err = ErrorCode.invalid_required_acks
-        elif req.transactional_id is not None:
+        elif getattr(req, "transactional_id", None) is not None:  # v3+ only
             topic_err = ErrorCode.invalid_request  # transactions are not supported
         elif ctx.partitions.topic(name) is None:
             if ctx.leadership.is_leader():
@@ -52,7 +64,10 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
                 parts.append((pd.index, ErrorCode.invalid_record))
                 continue
             try:
+                if call.version < RECORD_BATCH_MIN_PRODUCE:
+                    records = to_batch_v2(decode_message_set(records), int(time.time() * 1000))
                 batches = parse_batches(records)
+                check_records(records, batches)
             except BatchError as exc:
                 parts.append((pd.index, exc.error_code))
                 continue
@@ -63,10 +78,12 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             parts.append((pd.index, ctx.producing.produce(name, pd.index, records, batches)))
     if acks == 0:
         return answered(None)
-    return _response_when_done(ctx, call, pending)
+    return _response_when_done(ctx, call, pending, throttle)
 
 
-def _response_when_done(ctx: HandlerContext, call: Call, pending: _Pending) -> asyncio.Future:
+def _response_when_done(
+    ctx: HandlerContext, call: Call, pending: _Pending, throttle: int = 0
+) -> asyncio.Future:
     """A future of the response bytes, set by done-callbacks of the partition
     futures: no task per request on the produce hot path."""
     out = asyncio.get_running_loop().create_future()
@@ -77,7 +94,7 @@ def _response_when_done(ctx: HandlerContext, call: Call, pending: _Pending) -> a
         if out.done():
             return
         try:
-            out.set_result(_encode_response(ctx, call, pending))
+            out.set_result(_encode_response(ctx, call, pending, throttle))
         except (Exception, asyncio.CancelledError) as exc:  # fail this response only
             out.set_exception(exc)
 
@@ -94,7 +111,9 @@ def _response_when_done(ctx: HandlerContext, call: Call, pending: _Pending) -> a
     return out
 
 
-def _encode_response(ctx: HandlerContext, call: Call, pending: _Pending) -> bytes:
+def _encode_response(
+    ctx: HandlerContext, call: Call, pending: _Pending, throttle: int = 0
+) -> bytes:
     topics = []
     not_leader = False
     for name, parts in pending:
@@ -118,7 +137,7 @@ def _encode_response(ctx: HandlerContext, call: Call, pending: _Pending) -> byte
         ep = ctx.leader_endpoint()
         if ep is not None:
             endpoints.append(ep)
-    return encode_produce(call.version, call.corr, topics, endpoints)
+    return encode_produce(call.version, call.corr, topics, endpoints, throttle)
 
 
 def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes | None:
@@ -136,13 +155,15 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes 
 
 API = Api(
     ProduceRequest,
-    (3, 10),
+    (0, 10),
     handle,
     error_response,
     priced=True,
     summary=(
-        "RecordBatch v2 only; hand-rolled response (byte-identical to kio for every "
-        "version); v10 fills `current_leader` + `node_endpoints` on "
+        "v0-2 MessageSet v0/v1 converted to one RecordBatch v2 per partition at ingest "
+        "(CRC-32 checked, gzip/snappy/lz4 wrappers unpacked, timestamps kept); "
+        "hand-rolled response (byte-identical to kio for every version); v10 fills "
+        "`current_leader` + `node_endpoints` on "
         "NOT_LEADER_OR_FOLLOWER (KIP-951)"
     ),
 )

@@ -1,10 +1,11 @@
 """What handlers depend on: small interfaces of the services they need, not the node.
 
 Each Protocol is structural: SinkService implements Leadership, Producing,
-TopicAdmin, ProducerIds and GroupOffsets; SinkStateMachine implements
-PartitionReads. Handler unit tests pass real in-memory implementations
-(tests/unit/sink/memory_services.py). Nothing here imports sink.state or
-sink.service, which is what keeps sink.kafka out of their import graph.
+TopicAdmin and ProducerIds, its `offsets` (sink.offsets.GroupOffsetService)
+GroupOffsets; SinkStateMachine implements PartitionReads. Handler unit tests pass
+real in-memory implementations (tests/unit/sink/memory_services.py). Nothing here
+imports sink.state or sink.service, which is what keeps sink.kafka out of their
+import graph (sink.groups.membership is a leaf).
 """
 
 from __future__ import annotations
@@ -14,9 +15,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sink.groups.membership import GroupMembership
+from sink.groups.messages import (
+    DescribedGroup,
+    HeartbeatRequest,
+    JoinRequest,
+    JoinResponse,
+    LeaveResponse,
+    ListedGroup,
+    SyncRequest,
+    SyncResponse,
+)
 from sink.kafka.limits import KafkaLimits
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import BatchHeader
+from sink.quotas import NO_QUOTAS, Alteration, ClientQuotaManager, QuotaTable
+from sink.topics.configs import TopicDefaults
 
 
 class TopicView(Protocol):
@@ -81,6 +95,14 @@ class PartitionReads(Protocol):
         self, topic: str, partition: int, offset: int, max_bytes: int
     ) -> Sequence[tuple[int, bytes, Any]]: ...
     def data_event(self) -> asyncio.Event: ...
+    @property
+    def epochs(self) -> PartitionEpochs: ...
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> Any:
+        """The first record at or after timestamp (-3: the largest) as (offset,
+        timestamp, leader_epoch), None when none (sink.state.time_lookup)."""
+        ...
+
+    def partition_size(self, topic: str, partition: int) -> int: ...
 
 
 class Producing(Protocol):
@@ -102,16 +124,111 @@ class ProducerIds(Protocol):
     async def init_producer_id(self) -> tuple[ErrorCode, int, int]: ...
 
 
-class GroupOffsets(Protocol):
-    """Committed consumer-group offsets (kept by the coordinator)."""
+class CommittedView(Protocol):
+    """One committed offset (sink.state.group_offsets.CommittedOffset)."""
 
-    def commit_offset(
-        self, group: str, topic: str, partition: int, offset: int, metadata: str | None
-    ) -> None: ...
-    def committed_offset(
-        self, group: str, topic: str, partition: int
-    ) -> tuple[int, str | None] | None: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def leader_epoch(self) -> int: ...
+    @property
+    def metadata(self) -> str | None: ...
+
+
+class GroupOffsets(Protocol):
+    """Committed consumer-group offsets (sink.offsets.GroupOffsetService): written
+    through the log and answered once applied; read from the applied state.
+
+    commit_offsets items: (topic, partition, offset, leader_epoch, metadata, commit_ms,
+    expire_ms), the last two -1 when the request does not give them. Its answer: one
+    code per item, or one code for all when the write failed."""
+
+    membership: GroupMembership
+    """The group coordinator, asked about members and generations (sink.groups.membership)."""
+
+    @property
+    def metadata_max_bytes(self) -> int:
+        """Longest committed metadata accepted (OFFSET_METADATA_TOO_LARGE above)."""
+        ...
+
+    async def commit_offsets(
+        self, group: str, items: Sequence[tuple], retention_ms: int = -1
+    ) -> list[ErrorCode] | ErrorCode: ...
+    async def delete_offsets(
+        self, group: str, partitions: Sequence[tuple[str, int]]
+    ) -> ErrorCode: ...
+    def committed_offset(self, group: str, topic: str, partition: int) -> CommittedView | None: ...
     def committed_partitions(self, group: str) -> Iterable[tuple[str, int]]: ...
+    def has_group(self, group: str) -> bool: ...
+
+
+class PartitionEpochs(Protocol):
+    """Each partition's leader epochs (sink.state.epochs.EpochTable), for OffsetForLeaderEpoch."""
+
+    def end_offset_for(
+        self, topic: str, partition: int, epoch: int, current_term: int, log_end: int
+    ) -> tuple[int, int]: ...
+
+
+class GroupCoordination(Protocol):
+    """The classic group coordinator of this node (sink.groups.GroupRuntime). Every
+    call answers NOT_COORDINATOR off the leader and COORDINATOR_LOAD_IN_PROGRESS
+    until the leader has loaded the groups; join/sync may wait for a rebalance."""
+
+    def coordinator_id(self, group_id: str) -> int: ...
+    async def join(self, req: JoinRequest) -> JoinResponse: ...
+    async def sync(self, req: SyncRequest) -> SyncResponse: ...
+    async def heartbeat(self, req: HeartbeatRequest) -> ErrorCode: ...
+    async def leave(
+        self, group_id: str, members: Iterable[tuple[str, str | None]]
+    ) -> LeaveResponse: ...
+    async def delete(self, group_ids: Iterable[str]) -> list[tuple[str, ErrorCode]]: ...
+    def describe(self, group_ids: Iterable[str]) -> list[DescribedGroup]: ...
+    def list_groups(
+        self, states: Iterable[str] = (), types: Iterable[str] = ()
+    ) -> tuple[ErrorCode, list[ListedGroup]]: ...
+
+
+class TopicLifecycleAdmin(Protocol):
+    """DeleteTopics, CreatePartitions, DeleteRecords through the log; the data
+    directory DescribeLogDirs reports (sink.lifecycle.TopicLifecycle)."""
+
+    log_dir: str
+
+    async def delete_topic(self, name: str | None, topic_id: Any) -> Any:
+        """-> (error, name, topic_id) of the topic deleted (by name, else by id)."""
+        ...
+
+    async def create_partitions(
+        self, name: str, count: int, validate_only: bool
+    ) -> tuple[ErrorCode, str | None]: ...
+    async def delete_records(
+        self, topic: str, partition: int, offset: int
+    ) -> tuple[ErrorCode, int]: ...
+    def disk_usage(self) -> tuple[int, int]: ...
+    def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int]]: ...
+
+
+class QuotaAdmin(Protocol):
+    """Client quota configuration: read from the applied state, changed through the log."""
+
+    def client_quotas(self) -> QuotaTable: ...
+    async def alter_client_quotas(self, alterations: list[Alteration]) -> ErrorCode: ...
+
+
+class TopicConfigAdmin(Protocol):
+    """Topic configs: read from the applied state, changed through the log
+    (sink.topics; SinkService implements it)."""
+
+    @property
+    def topic_defaults(self) -> TopicDefaults: ...
+    def topic_configs(self, topic: str) -> dict[str, str] | None: ...
+    async def alter_topic_configs(
+        self, topic: str, ops: list[tuple[int, str, str | None]], replace: bool
+    ) -> tuple[ErrorCode, str | None]: ...
+    async def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> CreateOutcome: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +257,16 @@ class HandlerContext:
     advertised: Advertised
     supported: Mapping[int, tuple[int, int]]
     """API key -> (min, max) version served: what ApiVersions advertises."""
+    quotas: ClientQuotaManager = NO_QUOTAS
+    """Client quotas: this node's rates and throttle times (sink.quotas)."""
+    quota_admin: QuotaAdmin | None = None
+    """Client quota configuration (None: DescribeClientQuotas/AlterClientQuotas refused)."""
+    topic_configs: TopicConfigAdmin | None = None
+    """Topic configs (None: DescribeConfigs/AlterConfigs answer with an error)."""
+    groups: GroupCoordination | None = None
+    """The group coordinator (None: the group APIs answer COORDINATOR_NOT_AVAILABLE)."""
+    lifecycle: TopicLifecycleAdmin | None = None
+    """Topic deletion, partition growth, DeleteRecords, log dirs (None: refused)."""
 
     @classmethod
     def of_node(
@@ -151,7 +278,22 @@ class HandlerContext:
         supported: Mapping[int, tuple[int, int]],
     ) -> HandlerContext:
         """A node's context: its SinkService behind every service interface."""
-        return cls(service, fsm, service, service, service, service, limits, advertised, supported)
+        return cls(
+            service,
+            fsm,
+            service,
+            service,
+            service,
+            getattr(service, "offsets", service),
+            limits,
+            advertised,
+            supported,
+            quotas=getattr(service, "quotas", NO_QUOTAS),
+            quota_admin=service if hasattr(service, "alter_client_quotas") else None,
+            topic_configs=service if hasattr(service, "alter_topic_configs") else None,
+            groups=getattr(service, "groups", None),
+            lifecycle=service if hasattr(service, "delete_records") else None,
+        )
 
     @property
     def brokers(self) -> dict[int, tuple[str, int]]:

@@ -12,6 +12,8 @@ Public surface:
     parse_batches, BatchHeader, ...      RecordBatch v2 headers and CRC (sink.kafka.protocol.records)
     encode_produce / encode_fetch        hand-rolled hot responses (sink.kafka.protocol.encoders)
     build / encode_response              kio entities from dicts (sink.kafka.protocol.build)
+    request_schema / response_schema     the one schema lookup: kio's + the hand-written
+                                         pre-KIP-896 versions (legacy_schemas)
 """
 
 from sink.kafka.protocol.build import BuildError, build, encode_entity, encode_response
@@ -35,6 +37,7 @@ from sink.kafka.protocol.framecheck import (
     strip_unknown_tags,
 )
 from sink.kafka.protocol.records import BatchError, BatchHeader, parse_batches
+from sink.kafka.protocol.schemas import request_schema, response_schema
 
 __all__ = [
     "NEED_DATA",
@@ -59,5 +62,7 @@ __all__ = [
     "entity_checker",
     "parse_batches",
     "request_checker",
+    "request_schema",
+    "response_schema",
     "strip_unknown_tags",
 ]

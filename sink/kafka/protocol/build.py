@@ -20,9 +20,10 @@ import typing
 import uuid
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
+
+from sink.kafka.protocol.schemas import response_schema
 
 
 class BuildError(TypeError):
@@ -104,5 +105,5 @@ def encode_entity(correlation_id: int, entity: Any) -> bytes:
 
 def encode_response(api_key: int, version: int, correlation_id: int, values: dict) -> bytes:
     """Build the response of (api_key, version) from values and encode it."""
-    cls = load_response_schema(api_key, version)
+    cls = response_schema(api_key, version)
     return encode_entity(correlation_id, build(cls, values))

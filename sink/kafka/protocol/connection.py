@@ -11,6 +11,13 @@ send(). This machine owns everything that needs no socket:
   does), the bounds-checking pass (framecheck) and kio's parse;
 - the accounting of the ordered response queue: requests admitted and not yet
   answered, and the produce bytes they hold (back-pressure reads has_room());
+- the request-memory handshake (budgeted=True): once a frame's size passes the
+  checks, NeedMemory(size) is returned until the driver has reserved it from the
+  node's budget (sink.kafka.budget) and called grant(size); only then is the body
+  read, into one buffer of exactly the frame's size (no growth, no copy when it is
+  complete: the request is parsed from a read-only view of it). The Request (or
+  Answer) carries the reservation (reserved), which the driver releases when the
+  response is written;
 - who the client is (client id, software name/version from ApiVersions v3+), for
   log lines;
 - a closed set of reasons to close (CloseReason).
@@ -24,11 +31,11 @@ from __future__ import annotations
 
 import enum
 import functools
+import mmap
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from kio.index import load_request_schema
 from kio.schema.index import api_key_map
 from kio.serial import entity_reader
 
@@ -39,12 +46,21 @@ from sink.kafka.protocol.framecheck import (
     request_checker,
     strip_unknown_tags,
 )
+from sink.kafka.protocol.schemas import request_schema
 
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
 MIN_FRAME = _HEAD.size + 2  # api key, version, correlation id, client id length
 _I16 = struct.Struct(">h")
 _MAX_LOGGED_CLIENT_ID = 256  # characters of a client id a log line shows
+_MMAP_MIN = 1 << 20
+"""A granted frame at least this large is read into anonymous memory (mmap): its
+pages exist only once written, so memory follows the bytes that arrived, not the
+size announced (bytearray(n) writes all n bytes at once)."""
+
+
+def _frame_buffer(size: int) -> bytearray | mmap.mmap:
+    return mmap.mmap(-1, size) if size >= _MMAP_MIN else bytearray(size)
 
 
 def raw_client_id(frame: bytes) -> str | None:
@@ -58,7 +74,7 @@ def raw_client_id(frame: bytes) -> str | None:
     start = _HEAD.size + 2
     if n < 0 or start + n > len(frame):
         return None
-    return frame[start : start + min(n, _MAX_LOGGED_CLIENT_ID)].decode("utf-8", "replace")
+    return bytes(frame[start : start + min(n, _MAX_LOGGED_CLIENT_ID)]).decode("utf-8", "replace")
 
 
 class CloseReason(enum.Enum):
@@ -66,6 +82,7 @@ class CloseReason(enum.Enum):
 
     EOF = "eof"
     IDLE = "idle"
+    FRAME_TIMEOUT = "frame read timeout"
     TRUNCATED = "truncated"
     FRAME_TOO_LARGE = "frame too large"
     FRAME_TOO_SHORT = "frame too short"
@@ -83,6 +100,13 @@ class NeedData(NamedTuple):
 NEED_DATA = NeedData()
 
 
+class NeedMemory(NamedTuple):
+    """The next frame's size passed the checks: reserve size bytes of the node's
+    request memory, then grant(size) (budgeted connections only)."""
+
+    size: int
+
+
 class Request(NamedTuple):
     """A parsed request for its handler."""
 
@@ -90,7 +114,10 @@ class Request(NamedTuple):
     version: int
     corr: int
     req: Any
-    frame: bytes
+    frame: bytes | memoryview
+    """The frame as received (a read-only view for frames that spanned reads)."""
+    reserved: int = 0
+    """Request-memory bytes granted for this frame (the driver releases them)."""
 
 
 class Answer(NamedTuple):
@@ -99,6 +126,7 @@ class Answer(NamedTuple):
 
     data: bytes
     note: str
+    reserved: int = 0
 
 
 class Close(NamedTuple):
@@ -106,7 +134,7 @@ class Close(NamedTuple):
     detail: str
 
 
-Event = NeedData | Request | Answer | Close
+Event = NeedData | NeedMemory | Request | Answer | Close
 
 
 def api_name(api_key: int) -> str:
@@ -117,7 +145,7 @@ def api_name(api_key: int) -> str:
 def _readers(api_key: int, version: int) -> tuple[Callable, Callable]:
     """kio's (header, body) readers for one request version (kio resolves the
     schema module by name on every call; the cache takes that off each frame)."""
-    req_cls = load_request_schema(api_key, version)
+    req_cls = request_schema(api_key, version)
     return entity_reader(req_cls.__header_schema__), entity_reader(req_cls)
 
 
@@ -138,8 +166,11 @@ class ConnectionState:
         api_versions_key: int,
         invalid_answer: Callable[[int, int, int], bytes | None],
         fallback: Callable[[int], bytes],
+        budgeted: bool = False,
     ) -> None:
+        """budgeted: ask for each frame's memory (NeedMemory) before reading its body."""
         self.max_frame_bytes = max_frame_bytes
+        self.budgeted = budgeted
         self.supported = supported
         self.api_versions_key = api_versions_key
         self._invalid_answer = invalid_answer
@@ -155,6 +186,11 @@ class ConnectionState:
         self.client_software: str | None = None
         self.inflight = 0
         self.pending_bytes = 0
+        # Request memory. Invariant: _granted is 0 or the size of the frame at the
+        # head of the input; _frame (when set) holds that frame's body, _fill bytes of it.
+        self._granted = 0
+        self._frame: bytearray | mmap.mmap | None = None
+        self._fill = 0
 
     # ------------------------------------------------------------ input
 
@@ -162,7 +198,16 @@ class ConnectionState:
         """Bytes from the socket; b"" means the peer closed its side."""
         if not data:
             self._eof = True
-        elif self._pos >= len(self._data):
+            return
+        if self._frame is not None and self._fill < len(self._frame):
+            take = min(len(data), len(self._frame) - self._fill)
+            with memoryview(data) as mv:
+                self._frame[self._fill : self._fill + take] = mv[:take]
+            self._fill += take
+            if take == len(data):
+                return
+            data = data[take:]  # the next frames' bytes, after this frame's end
+        if self._pos >= len(self._data):
             self._data, self._pos = data, 0
         else:
             if not isinstance(self._data, bytearray):
@@ -172,16 +217,45 @@ class ConnectionState:
 
     @property
     def buffered(self) -> int:
-        return len(self._data) - self._pos
+        return len(self._data) - self._pos + (self._fill if self._frame is not None else 0)
 
     @property
     def waiting_for(self) -> str:
         """Between frames "size", inside one "body" (idleness is judged by it)."""
-        return "body" if self.buffered >= 4 else "size"
+        return "body" if self._frame is not None or self.buffered >= 4 else "size"
+
+    @property
+    def frame_started(self) -> bool:
+        """A frame's memory is granted and its body is being read (the driver's
+        frame timeout runs)."""
+        return self._granted > 0
+
+    @property
+    def frame_remaining(self) -> int:
+        """Bytes of a granted frame's body still to come (0: none being read into its
+        buffer); the driver reads no more than that, so the next frame's bytes wait
+        in the kernel until that frame has its memory."""
+        return len(self._frame) - self._fill if self._frame is not None else 0
+
+    def grant(self, size: int) -> None:
+        """The driver reserved size bytes for the frame NeedMemory announced."""
+        self._granted = size
+
+    def _take_granted(self) -> int:
+        n, self._granted = self._granted, 0
+        return n
 
     def next_event(self) -> Event:
         if self.closed is not None:
             return self.closed
+        if self._frame is not None:  # a granted frame that spanned reads
+            if self._fill < len(self._frame):
+                if self._eof:
+                    return self._close(CloseReason.TRUNCATED, "truncated frame body")
+                return NEED_DATA
+            frame = memoryview(self._frame).toreadonly()
+            self._frame, self._fill = None, 0
+            return self._parse(frame, self._take_granted())
         avail = len(self._data) - self._pos
         if avail < 4:
             if self._eof:
@@ -202,9 +276,19 @@ class ConnectionState:
                 CloseReason.FRAME_TOO_SHORT,
                 f"frame of {size} bytes is too short for a request header",
             )
+        if self.budgeted and not self._granted:
+            return NeedMemory(size)
         if avail < 4 + size:
             if self._eof:
                 return self._close(CloseReason.TRUNCATED, "truncated frame body")
+            if self.budgeted:
+                # Read the body into one buffer of exactly its size (granted memory).
+                self._frame = _frame_buffer(size)
+                have = avail - 4
+                with memoryview(data) as mv:
+                    self._frame[:have] = mv[pos + 4 : pos + 4 + have]
+                self._fill = have
+                self._data, self._pos = b"", 0
             return NEED_DATA
         end = pos + 4 + size
         if isinstance(data, bytes):
@@ -217,9 +301,15 @@ class ConnectionState:
             self._pos = 0
         if self._pos == len(self._data):
             self._data, self._pos = b"", 0
-        return self._parse(frame)
+        return self._parse(frame, self._take_granted())
 
-    def _parse(self, frame: bytes) -> Event:
+    def _parse(self, frame: bytes | memoryview, reserved: int) -> Event:
+        ev = self._parse_frame(frame)
+        if reserved and isinstance(ev, (Request, Answer)):
+            ev = ev._replace(reserved=reserved)
+        return ev
+
+    def _parse_frame(self, frame: bytes | memoryview) -> Event:
         api_key, version, corr = _HEAD.unpack_from(frame, 0)
         if self.client_id is None:  # the first request: name the client in any refusal
             self.client_id = raw_client_id(frame)
@@ -291,6 +381,14 @@ class ConnectionState:
             self._close(reason, detail)
         assert self.closed is not None
         return self.closed
+
+    def drop_buffers(self) -> None:
+        """The connection is over: let go of buffered input now (a granted frame's
+        buffer may be large; the driver releases its reservation at the same time,
+        and must not leave the memory to the cyclic garbage collector)."""
+        self._data, self._pos = b"", 0
+        self._frame, self._fill = None, 0
+        self._granted = 0
 
     def client(self) -> str:
         """The client as log lines name it: software name/version (ApiVersions v3+),

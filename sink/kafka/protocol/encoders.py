@@ -20,7 +20,9 @@ _i16 = struct.Struct(">h").pack
 _i32 = struct.Struct(">i").pack
 _i64 = struct.Struct(">q").pack
 _PROD_PART = struct.Struct(">ihqq")  # index, error, base_offset, log_append_time
+_PROD_PART_V0 = struct.Struct(">ihq")  # Produce v0-1: index, error, base_offset
 _FETCH_PART = struct.Struct(">ihqq")  # index, error, high_watermark, last_stable_offset
+_FETCH_PART_V0 = struct.Struct(">ihq")  # Fetch v0-3: index, error, high_watermark
 
 
 def uvarint(n: int) -> bytes:
@@ -60,6 +62,7 @@ def encode_produce(
     correlation_id: int,
     topics: Sequence[tuple[str, Sequence[ProducePartition]]],
     node_endpoints: Sequence[tuple[int, str, int]] = (),
+    throttle_time_ms: int = 0,
 ) -> bytes:
     flex = version >= 9
     out = [response_header(correlation_id, flex), _array_len(len(topics), flex)]
@@ -67,7 +70,10 @@ def encode_produce(
         out.append(_string(name, flex))
         out.append(_array_len(len(parts), flex))
         for p in parts:
-            out.append(_PROD_PART.pack(p.index, p.error, p.base_offset, -1))
+            if version >= 2:
+                out.append(_PROD_PART.pack(p.index, p.error, p.base_offset, -1))
+            else:  # v0-1: no log_append_time
+                out.append(_PROD_PART_V0.pack(p.index, p.error, p.base_offset))
             if version >= 5:
                 out.append(_i64(p.log_start_offset))
             if version >= 8:
@@ -80,7 +86,8 @@ def encode_produce(
                     out.append(b"\x00")
         if flex:
             out.append(b"\x00")
-    out.append(_i32(0))  # throttle_time_ms: librdkafka ignores it anyway
+    if version >= 1:
+        out.append(_i32(throttle_time_ms))  # client quotas (librdkafka does not back off on it)
     if flex:
         out.append(_node_endpoints(node_endpoints) if version >= 10 and node_endpoints else b"\x00")
     return b"".join(out)
@@ -113,11 +120,15 @@ def encode_fetch(
     error: ErrorCode = ErrorCode.none,
     session_id: int = 0,
     node_endpoints: Sequence[tuple[int, str, int]] = (),
+    throttle_time_ms: int = 0,
 ) -> list[bytes | memoryview]:
-    """Fetch v4-v16 response parts (no size prefix). A topic is keyed by its name
-    before v13 and by its topic id from v13 on (KIP-516)."""
+    """Fetch v0-v16 response parts (no size prefix; v0-3 partitions carry message
+    sets). A topic is keyed by its name before v13 and by its topic id from v13 on
+    (KIP-516)."""
     flex = version >= 12
-    out: list[bytes | memoryview] = [response_header(correlation_id, flex), _i32(0)]
+    out: list[bytes | memoryview] = [response_header(correlation_id, flex)]
+    if version >= 1:
+        out.append(_i32(throttle_time_ms))  # client quotas
     if version >= 7:
         out.append(_i16(error) + _i32(session_id))
     out.append(_array_len(len(topics), flex))
@@ -125,10 +136,14 @@ def encode_fetch(
         out.append(key.bytes if isinstance(key, uuid.UUID) else _string(key, flex))
         out.append(_array_len(len(parts), flex))
         for p in parts:
-            head = [_FETCH_PART.pack(p.index, p.error, p.high_watermark, p.high_watermark)]
+            if version >= 4:
+                head = [_FETCH_PART.pack(p.index, p.error, p.high_watermark, p.high_watermark)]
+            else:  # v0-3: no last stable offset, log start or aborted transactions
+                head = [_FETCH_PART_V0.pack(p.index, p.error, p.high_watermark)]
             if version >= 5:
                 head.append(_i64(p.log_start_offset))
-            head.append(b"\x00" if flex else b"\xff\xff\xff\xff")  # aborted_transactions: null
+            if version >= 4:
+                head.append(b"\x00" if flex else b"\xff\xff\xff\xff")  # aborted: null
             if version >= 11:
                 head.append(b"\xff\xff\xff\xff")  # preferred_read_replica: -1
             head.append(uvarint(p.size + 1) if flex else _i32(p.size))

@@ -31,9 +31,8 @@ import typing
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from kio.index import load_request_schema
-
 from sink.kafka.protocol.encoders import uvarint
+from sink.kafka.protocol.schemas import request_schema
 
 __all__ = [
     "FrameError",
@@ -390,7 +389,7 @@ Checker = Callable[[bytes], RequestShape]
 @functools.lru_cache(maxsize=1024)
 def request_checker(api_key: int, version: int) -> Checker:
     """The compiled checker of one request version (kio's schema must know it)."""
-    req_cls = load_request_schema(api_key, version)
+    req_cls = request_schema(api_key, version)
     comp = _Compiler()
     header_fn = comp.function(req_cls.__header_schema__, header=True)
     body_fn = comp.function(req_cls)

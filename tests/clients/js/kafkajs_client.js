@@ -15,6 +15,16 @@
 //   - fetch: no group: admin.fetchTopicOffsets (ListOffsets), then Fetch requests to each
 //     partition's leader through KafkaJS's own cluster and broker objects (its Fetch encoder and
 //     record decoder, the public consumer's fetch path without the group).
+//   - admin: on an existing 1-partition topic with N records: createPartitions to 1 (expects an
+//     error), to 3; deleteTopicRecords to offset 2; fetchTopicOffsets; fetchTopicOffsetsByTimestamp
+//     before the first, inside and after the last record (times given in KAFKAJS_TIMES as JSON);
+//     describeCluster; deleteTopics. Prints every answer for the test to check.
+//   - member: one consumer-group member for tests/integration/test_consumer_groups_clients.py
+//     (group KAFKAJS_GROUP, session timeout KAFKAJS_SESSION_MS): it runs until SIGTERM, then
+//     disconnects (LeaveGroup) and exits. Unlike the other ops it prints one JSON line per
+//     event, the protocol of tests/clients/py/group_member.py: ready, assignment (on each
+//     GROUP_JOIN), recs (one batch, before its commit), commit (after commitOffsets returned),
+//     commit_failed, error, closed. KafkaJS has no cooperative protocol and no static membership.
 // Keys and values are printed as UTF-8 strings (the test only uses text).
 'use strict'
 
@@ -184,6 +194,63 @@ async function fetchNoGroup() {
   return { records, high }
 }
 
+function line(obj) {
+  process.stdout.write(JSON.stringify(obj) + '\n')
+}
+
+// A group member until SIGTERM (see the header); never returns through OPS/main.
+async function member() {
+  const consumer = kafka.consumer({
+    groupId: process.env.KAFKAJS_GROUP || `g-${topic}`,
+    sessionTimeout: Number(process.env.KAFKAJS_SESSION_MS || 10000),
+    heartbeatInterval: Math.max(100, Number(process.env.KAFKAJS_SESSION_MS || 10000) / 10),
+    rebalanceTimeout: 30000,
+    maxWaitTimeInMs: 100,
+    retry: { retries: 50, initialRetryTime: 100, maxRetryTime: 1000 },
+  })
+  let stopping = false
+  const stop = async () => {
+    if (stopping) return
+    stopping = true
+    try {
+      await consumer.disconnect()
+    } catch (e) {
+      line({ ev: 'error', error: `disconnect: ${e.message}` })
+    }
+    line({ ev: 'closed' })
+    process.exit(0)
+  }
+  process.on('SIGTERM', stop)
+  process.on('SIGINT', stop)
+  consumer.on(consumer.events.GROUP_JOIN, e => {
+    const parts = (e.payload.memberAssignment[topic] || []).slice().sort((a, b) => a - b)
+    line({ ev: 'assignment', parts })
+  })
+  consumer.on(consumer.events.CRASH, e => {
+    line({ ev: 'error', error: `crash: ${e.payload.error && e.payload.error.message}` })
+  })
+  await consumer.connect()
+  await consumer.subscribe({ topic, fromBeginning: true })
+  line({ ev: 'ready' })
+  await consumer.run({
+    autoCommit: false,
+    eachBatch: async ({ batch, heartbeat, isRunning, isStale }) => {
+      if (!isRunning() || isStale() || batch.messages.length === 0) return
+      const recs = batch.messages.map(m => [batch.partition, Number(m.offset)])
+      line({ ev: 'recs', recs })
+      const next = String(Number(batch.messages[batch.messages.length - 1].offset) + 1)
+      try {
+        await consumer.commitOffsets([{ topic, partition: batch.partition, offset: next }])
+        line({ ev: 'commit', offs: { [batch.partition]: Number(next) } })
+      } catch (e) {
+        line({ ev: 'commit_failed', error: `${e.name}: ${e.message}` })
+      }
+      await heartbeat()
+    },
+  })
+  await new Promise(() => {}) // until SIGTERM
+}
+
 const OPS = {
   metadata,
   create,
@@ -191,9 +258,54 @@ const OPS = {
   idempotent: () => produce(true),
   consume,
   fetch: fetchNoGroup,
+  admin: adminOps,
+}
+
+async function adminOps() {
+  const admin = kafka.admin()
+  await admin.connect()
+  const out = {}
+  try {
+    try {
+      await admin.createPartitions({ topicPartitions: [{ topic, count: 1 }] })
+      out.shrink = 'accepted'
+    } catch (e) {
+      out.shrink = e.type || e.name
+    }
+    await admin.createPartitions({ topicPartitions: [{ topic, count: 3 }] })
+    // Metadata comes from any node: a follower may not have applied the change yet (as
+    // with Kafka's metadata propagation), so poll it for up to 10 s.
+    for (let i = 0; i < 100; i++) {
+      const md = await admin.fetchTopicMetadata({ topics: [topic] })
+      out.partitions = md.topics[0].partitions.length
+      if (out.partitions === 3) break
+      await new Promise(r => setTimeout(r, 100))
+    }
+    await admin.deleteTopicRecords({ topic, partitions: [{ partition: 0, offset: '2' }] })
+    out.offsets = await admin.fetchTopicOffsets(topic)
+    const times = JSON.parse(process.env.KAFKAJS_TIMES || '[]')
+    out.byTime = {}
+    for (const ts of times) {
+      const r = await admin.fetchTopicOffsetsByTimestamp(topic, ts)
+      out.byTime[ts] = r.find(p => p.partition === 0).offset
+    }
+    const cluster = await admin.describeCluster()
+    out.cluster = { clusterId: cluster.clusterId, controller: cluster.controller, brokers: cluster.brokers.length }
+    await admin.deleteTopics({ topics: [topic], timeout: 10000 })
+    out.afterDelete = (await admin.listTopics()).includes(topic)
+    return out
+  } finally {
+    await admin.disconnect()
+  }
 }
 
 async function main() {
+  if (op === 'member') {
+    return member().catch(e => {
+      line({ ev: 'error', error: `member ended: ${e.name}: ${e.message}` })
+      process.exit(1)
+    })
+  }
   if (!OPS[op]) return emit({ ok: false, error: `unknown op ${op}` })
   const deadline = new Promise((_, reject) =>
     setTimeout(() => reject(new Error(`timed out after ${DEADLINE_MS} ms`)), DEADLINE_MS).unref()

@@ -108,6 +108,34 @@ def test_snapshot_compacts_and_a_new_node_state_is_rebuilt(tmp_path):
     run(main())
 
 
+def test_snapshot_now_compacts_without_waiting_for_the_entry_count(tmp_path):
+    """snapshot_now (the sink's disk-full hook) snapshots and gives the log prefix back at
+    once, though snapshot_every_entries is far away; a second call has nothing new."""
+
+    async def main():
+        opts = NodeOptions(
+            tick_ms=FAST.tick_ms,
+            election_ticks=FAST.election_ticks,
+            snapshot_every_entries=1_000_000,
+            snapshot_keep_entries=0,
+        )
+        c = InProcessRaftCluster(str(tmp_path), options=opts)
+        await c.start()
+        leader = await c.leader()
+        await asyncio.gather(*(leader.apply(b"n%d" % i) for i in range(40)))
+        assert leader.queue.first_index() <= 1  # nothing compacted by the entry count
+        await wait_until(
+            lambda: leader.applied <= leader.core.log.stable_last(), what="applied is durable"
+        )
+        assert leader.snapshot_now() is True
+        await wait_until(lambda: leader.queue.first_index() > 30, what="prefix given back")
+        assert leader.stats.snapshots_taken == 1
+        assert leader.snapshot_now() is False  # nothing applied since
+        await c.stop()
+
+    run(main())
+
+
 def test_membership_learner_promotion_and_removal(tmp_path):
     async def main():
         c = InProcessRaftCluster(str(tmp_path))

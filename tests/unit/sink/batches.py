@@ -1,4 +1,4 @@
-"""Build RecordBatch v2 bytes for tests (uncompressed, valid CRC)."""
+"""Build RecordBatch v2 bytes for tests (valid CRC; records compressed when asked)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import struct
 
 from crc32c import crc32c
 
+from sink.kafka.protocol.codecs import compress
 from sink.kafka.protocol.records import HEADER
 
 
@@ -28,12 +29,26 @@ def make_batch(
     attributes: int = 0,
     base_offset: int = 0,
     leader_epoch: int = -1,
+    timestamps: list[int] | None = None,
+    compression: int = 0,
 ) -> bytes:
+    """timestamps: each record's CreateTime (firstTimestamp = the first, maxTimestamp =
+    the largest, as clients write them); compression: a codec number (1 gzip ... 4 zstd):
+    the records are compressed with it and it is set in attributes."""
     recs = b""
+    first_ts, max_ts = 1000, 1000 + len(values)
+    if timestamps is not None:
+        first_ts, max_ts = timestamps[0], max(timestamps)
     for i, v in enumerate(values):
-        body = b"\x00" + _varint(0) + _varint(i) + _varint(-1) + _varint(len(v)) + v + _varint(0)
+        delta = 0 if timestamps is None else timestamps[i] - first_ts
+        body = (
+            b"\x00" + _varint(delta) + _varint(i) + _varint(-1) + _varint(len(v)) + v + _varint(0)
+        )
         recs += _varint(len(body)) + body
     n = len(values)
+    if compression:
+        recs = compress(compression, recs)
+        attributes = (attributes & ~7) | compression
     header = HEADER.pack(
         base_offset,
         49 + len(recs),
@@ -42,8 +57,8 @@ def make_batch(
         0,
         attributes,
         n - 1,
-        1000,
-        1000 + n,
+        first_ts,
+        max_ts,
         producer_id,
         epoch,
         base_sequence,

@@ -7,15 +7,29 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterable
 
 from raftlog.entry import EntryType, LogEntry
+from raftlog.runtime import NotLeaderError
+from raftlog.runtime.state_machine import ApplyResult
 from raftlog.storage.errors import LogRangeError
+from sink.groups import GroupOptions, GroupRuntime
 from sink.kafka import KafkaLimits
 from sink.kafka.handlers import SUPPORTED, Advertised, HandlerContext
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import BatchHeader
-from sink.state import CreateTopicResult, ProduceResult, SinkStateMachine, TopicInfo, commands
+from sink.lifecycle.topics import TopicLifecycle
+from sink.offsets import GroupOffsetService, OffsetsOptions
+from sink.quotas import Alteration, QuotaTable
+from sink.state import (
+    CreateTopicResult,
+    ProduceResult,
+    SinkStateMachine,
+    TopicInfo,
+    commands,
+    quota_command,
+)
+from sink.topics import state as topic_state
+from sink.topics.configs import TopicDefaults
 
 
 class MemoryLog:
@@ -46,7 +60,8 @@ class MemoryLog:
 
 
 class MemoryNode:
-    """Leadership, Producing, TopicAdmin, ProducerIds and GroupOffsets of one node."""
+    """Leadership, Producing, TopicAdmin and ProducerIds of one node; its `offsets` the
+    real GroupOffsetService (sink.offsets) over the node's in-memory log."""
 
     def __init__(
         self,
@@ -56,6 +71,7 @@ class MemoryNode:
         brokers: dict[int, tuple[str, int]] | None = None,
         auto_create_topics: bool = True,
         term: int = 1,
+        offsets_options: OffsetsOptions | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = "memory"
@@ -67,10 +83,56 @@ class MemoryNode:
         self.fsm = SinkStateMachine(auto_create_topics=auto_create_topics)
         self.log = MemoryLog()
         self.fsm.attach_log(self.log.read, lambda: self.log.first)
-        self.offsets: dict[tuple[str, str, int], tuple[int, str | None]] = {}
+        # Committed group offsets: the real service over this node's "log".
+        self.now_ms = 1_700_000_000_000  # the offset service's clock (tests move it)
+        self.offsets = GroupOffsetService(
+            lambda: self.fsm.group_offsets,
+            self._apply_entry,
+            ready=self.leader_ready,
+            options=offsets_options,
+            clock_ms=lambda: self.now_ms,
+        )
+        # The group coordinator, its proposals applied to the state machine at once.
+        self.groups = GroupRuntime(
+            GroupOptions(initial_rebalance_delay_ms=0),
+            propose=self._propose_group,
+            is_leader=self.is_leader,
+            ready_term=lambda: self.term if self.leader_ready() else None,
+            records=lambda: self.fsm.groups.records(),
+            slot_owner=lambda _slot: self.lead,
+        )
+        self.offsets.membership = self.groups
+        # TopicLifecycleAdmin: the real sink.topics code over this node's "log".
+        self.lifecycle = TopicLifecycle(
+            self.fsm, self._propose, self.is_leader, lambda exc: ErrorCode.unknown_server_error
+        )
+        self.log_dir = "/memory"
+        self.delete_topic = self.lifecycle.delete_topic
+        self.create_partitions = self.lifecycle.create_partitions
+        self.delete_records = self.lifecycle.delete_records
+        self.active_producers = self.lifecycle.active_producers
+
+    async def _propose_group(self, data: bytes) -> ErrorCode:
+        if not self.is_leader():
+            return ErrorCode.not_coordinator
+        self.apply(data)
+        return ErrorCode.none
+
+    async def _propose(self, data: bytes):
+        return self.apply(data)
+
+    def disk_usage(self) -> tuple[int, int]:
+        return 1 << 30, 1 << 29
 
     def apply(self, data: bytes):
         return self.fsm.on_apply([self.log.add(data, self.term)])[0]
+
+    async def _apply_entry(self, data: bytes) -> ApplyResult:
+        """RaftNode.apply's contract: NotLeaderError on a follower, else the applied result."""
+        if not self.is_leader():
+            raise NotLeaderError(self.lead, None)
+        e = self.log.add(data, self.term)
+        return ApplyResult(e.index, e.term, self.fsm.on_apply([e])[0])
 
     def context(self, limits: KafkaLimits | None = None) -> HandlerContext:
         adv = Advertised(self.brokers, forwarded_replies_usable=True)
@@ -135,28 +197,47 @@ class MemoryNode:
         res = await self.create_topic(name, self.fsm.default_partitions)
         return res.error, res.topic
 
-    async def create_topic(self, name: str, partitions: int) -> CreateTopicResult:
+    async def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> CreateTopicResult:
         if not self.is_leader():
             return CreateTopicResult(ErrorCode.not_controller, None)
+        if configs:
+            return self.apply(topic_state.encode_create(name, partitions, uuid.uuid4(), configs))
         return self.apply(commands.encode_create_topic(name, partitions, uuid.uuid4()))
 
-    # ------------------------------------------------------ ProducerIds / GroupOffsets
+    # ------------------------------------------------------ TopicConfigAdmin
+
+    @property
+    def topic_defaults(self) -> TopicDefaults:
+        return self.fsm.topic_configs.defaults
+
+    def topic_configs(self, topic: str) -> dict[str, str] | None:
+        if self.fsm.topic(topic) is None:
+            return None
+        return self.fsm.topic_configs.overrides(topic)
+
+    async def alter_topic_configs(
+        self, topic: str, ops: list[tuple[int, str, str | None]], replace: bool
+    ) -> tuple[ErrorCode, str | None]:
+        if not self.is_leader():
+            return ErrorCode.not_controller, None
+        return self.apply(topic_state.encode_alter(topic, ops, replace))
+
+    # ------------------------------------------------------ ProducerIds
 
     async def init_producer_id(self) -> tuple[ErrorCode, int, int]:
         return ErrorCode.none, self.apply(commands.encode_alloc_pid()), 0
 
-    def commit_offset(
-        self, group: str, topic: str, partition: int, offset: int, metadata: str | None
-    ) -> None:
-        self.offsets[(group, topic, partition)] = (offset, metadata)
+    # ------------------------------------------------------ QuotaAdmin (client quotas)
 
-    def committed_offset(
-        self, group: str, topic: str, partition: int
-    ) -> tuple[int, str | None] | None:
-        return self.offsets.get((group, topic, partition))
+    def client_quotas(self) -> QuotaTable:
+        return self.fsm.quotas
 
-    def committed_partitions(self, group: str) -> Iterable[tuple[str, int]]:
-        return [(t, p) for g, t, p in self.offsets if g == group]
+    async def alter_client_quotas(self, alterations: list[Alteration]) -> ErrorCode:
+        if not self.is_leader():
+            return ErrorCode.not_controller
+        return self.apply(quota_command.encode_alter_quotas(alterations))
 
 
 __all__ = ["MemoryLog", "MemoryNode", "ProduceResult"]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import io
 import uuid
 
-from kio.index import load_request_schema
 from kio.serial import entity_writer
 
+from sink.kafka.protocol import request_schema
 from sink.kafka.protocol.build import build
 from tests.unit.sink.batches import make_batch
 
@@ -139,12 +139,138 @@ def request_values(api_key: int, records: bytes | None = None) -> dict:
             "producer_id": -1,
             "producer_epoch": -1,
         }
+    if api_key == 23:
+        return {
+            "replica_id": -1,
+            "topics": [
+                {
+                    "topic": "t",
+                    "partitions": [
+                        {"partition": i, "current_leader_epoch": -1, "leader_epoch": 1}
+                        for i in range(2)
+                    ],
+                }
+            ],
+        }
+    if api_key == 47:
+        return {
+            "group_id": "g",
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0}]}],
+        }
+    if api_key == 48:
+        return {
+            "components": [{"entity_type": "client-id", "match_type": 2, "match": None}],
+            "strict": False,
+        }
+    if api_key == 49:
+        return {
+            "entries": [
+                {
+                    "entity": [{"entity_type": "client-id", "entity_name": "c"}],
+                    "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}],
+                }
+            ],
+            "validate_only": False,
+        }
+    if api_key == 32:  # DescribeConfigs
+        return {
+            "resources": [
+                {"resource_type": 2, "resource_name": "t", "configuration_keys": None},
+                {"resource_type": 4, "resource_name": "1", "configuration_keys": ["x"]},
+            ],
+            "include_synonyms": True,
+            "include_documentation": True,
+        }
+    if api_key == 33:  # AlterConfigs
+        return {
+            "resources": [
+                {
+                    "resource_type": 2,
+                    "resource_name": "t",
+                    "configs": [{"name": "retention.ms", "value": "1000"}],
+                }
+            ],
+            "validate_only": False,
+        }
+    if api_key == 44:  # IncrementalAlterConfigs
+        return {
+            "resources": [
+                {
+                    "resource_type": 2,
+                    "resource_name": "t",
+                    "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1000"}],
+                }
+            ],
+            "validate_only": False,
+        }
+    group = _group_values(api_key)
+    if group is not None:
+        return group
+    if api_key == 20:
+        return {
+            "topic_names": ["t"],
+            "topics": [{"name": "t", "topic_id": uuid.UUID(int=0)}],
+            "timeout": 5000,
+        }
+    if api_key == 21:
+        return {
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "offset": 1}]}],
+            "timeout": 5000,
+        }
+    if api_key == 35:
+        return {"topics": [{"topic": "t", "partitions": [0]}]}
+    if api_key == 37:
+        return {
+            "topics": [{"name": "t", "count": 3, "assignments": None}],
+            "timeout": 5000,
+            "validate_only": False,
+        }
+    if api_key == 61:
+        return {"topics": [{"name": "t", "partition_indexes": [0, 1]}]}
+    if api_key == 60:
+        return {"include_cluster_authorized_operations": False, "endpoint_type": 1}
     raise KeyError(api_key)
+
+
+# ConsumerProtocolSubscription v0: topics ["t"], no user data.
+SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
+
+
+def _group_values(api_key: int) -> dict | None:
+    """The classic group APIs (JoinGroup 11, Heartbeat 12, LeaveGroup 13, SyncGroup 14,
+    DescribeGroups 15, ListGroups 16, DeleteGroups 42)."""
+    member = {"member_id": "", "group_instance_id": None, "reason": None}
+    return {
+        11: {
+            "group_id": "g",
+            "session_timeout": 10_000,
+            "rebalance_timeout": 30_000,
+            "member_id": "",
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": SUBSCRIPTION}],
+            "reason": None,
+        },
+        12: {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None},
+        13: {"group_id": "g", "member_id": "m", "members": [member | {"member_id": "m"}]},
+        14: {
+            "group_id": "g",
+            "generation_id": 1,
+            "member_id": "m",
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": [{"member_id": "m", "assignment": b"a"}],
+        },
+        15: {"groups": ["g"], "include_authorized_operations": False},
+        16: {"states_filter": [], "types_filter": []},
+        42: {"groups_names": ["g"]},
+    }.get(api_key)
 
 
 def encode(api_key: int, version: int, values: dict, corr: int = 7) -> bytes:
     """Header + body, no size prefix."""
-    cls = load_request_schema(api_key, version)
+    cls = request_schema(api_key, version)
     hdr = cls.__header_schema__
     buf = io.BytesIO()
     header = {

@@ -3,10 +3,10 @@
 import uuid
 
 import pytest
-from kio.index import load_response_schema
 
 from sink.kafka.handlers import SUPPORTED
 from sink.kafka.handlers.api_versions import encode_api_versions
+from sink.kafka.protocol import response_schema
 from sink.kafka.protocol.build import build, encode_entity
 from sink.kafka.protocol.encoders import (
     FetchPartition,
@@ -45,7 +45,7 @@ def kio_produce(version, corr, topics, endpoints):
             {"node_id": n, "host": h, "port": port, "rack": None} for n, h, port in endpoints
         ],
     }
-    return encode_entity(corr, build(load_response_schema(0, version), vals))
+    return encode_entity(corr, build(response_schema(0, version), vals))
 
 
 PRODUCE_CASES = [
@@ -101,7 +101,7 @@ def kio_fetch(version, corr, topics, endpoints=()):
             for name, parts in topics
         ],
     }
-    return encode_entity(corr, build(load_response_schema(1, version), vals))
+    return encode_entity(corr, build(response_schema(1, version), vals))
 
 
 FETCH_CASES = [
@@ -158,4 +158,7 @@ def test_advertised_apis_gate_librdkafka_features():
     assert SUPPORTED[1][1] >= 10  # zstd needs Fetch >= 10
     assert 10 in SUPPORTED  # lz4 needs FindCoordinator
     assert 22 in SUPPORTED  # idempotence needs InitProducerId
-    assert 23 not in SUPPORTED and 71 not in SUPPORTED  # never OffsetForLeaderEpoch / telemetry
+    # KIP-320: librdkafka sends OffsetForLeaderEpoch v2 to validate positions after a leader
+    # change, the Java client needs a maximum >= v3 (kafka-protocol notes); never telemetry.
+    assert SUPPORTED[23][0] <= 2 and SUPPORTED[23][1] >= 3
+    assert 71 not in SUPPORTED

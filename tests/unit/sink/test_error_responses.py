@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
 from sink.kafka.handlers import REGISTRY, SUPPORTED
+from sink.kafka.protocol import request_schema, response_schema
 from sink.kafka.protocol.build import BuildError, build, encode_response
 from tests.unit.sink.requests import valid_request
 
@@ -19,14 +19,14 @@ SERVED = [(k, v) for k, (lo, hi) in sorted(SUPPORTED.items()) for v in range(lo,
 
 def parse_request(api_key: int, version: int):
     frame = valid_request(api_key, version)
-    cls = load_request_schema(api_key, version)
+    cls = request_schema(api_key, version)
     _hdr, n = entity_reader(cls.__header_schema__)(frame, 0)
     return entity_reader(cls)(frame, n)[0]
 
 
 def decode_strictly(api_key: int, version: int, data) -> tuple[int, object]:
     raw = b"".join(bytes(p) for p in data) if isinstance(data, list) else data
-    cls = load_response_schema(api_key, version)
+    cls = response_schema(api_key, version)
     hdr, n = entity_reader(cls.__header_schema__)(raw, 0)
     body, m = entity_reader(cls)(raw, n)
     assert n + m == len(raw), "bytes left over after the response"
@@ -78,7 +78,7 @@ def test_produce_acks_0_gets_no_error_answer():
 
 
 def test_build_refuses_a_missing_required_field():
-    cls = load_response_schema(19, 7)  # CreateTopics v7: topic_id is required
+    cls = response_schema(19, 7)  # CreateTopics v7: topic_id is required
     topic = {
         "name": "t",
         "error_code": 41,
@@ -92,4 +92,4 @@ def test_build_refuses_a_missing_required_field():
     with pytest.raises(BuildError, match="throttle_time"):
         encode_response(22, 4, 1, {"error_code": 0, "producer_id": 1, "producer_epoch": 0})
     # the same dict without topic_id builds for v6, which has no such field
-    build(load_response_schema(19, 6), {"throttle_time": 0, "topics": [topic]})
+    build(response_schema(19, 6), {"throttle_time": 0, "topics": [topic]})

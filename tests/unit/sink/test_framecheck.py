@@ -13,7 +13,6 @@ from dataclasses import field
 from typing import ClassVar
 
 import pytest
-from kio.index import load_request_schema
 from kio.serial import entity_reader
 
 from sink.kafka.handlers import SUPPORTED
@@ -22,6 +21,7 @@ from sink.kafka.protocol import (
     NullError,
     check_request,
     entity_checker,
+    request_schema,
     strip_unknown_tags,
 )
 from tests.unit.sink.killer_frames import HUGE_UVARINT, KILLER_FRAMES
@@ -31,7 +31,7 @@ SERVED = [(k, v) for k, (lo, hi) in sorted(SUPPORTED.items()) for v in range(lo,
 
 
 def kio_read(frame: bytes, api_key: int, version: int):
-    cls = load_request_schema(api_key, version)
+    cls = request_schema(api_key, version)
     hdr, n = entity_reader(cls.__header_schema__)(frame, 0)
     body, m = entity_reader(cls)(frame, n)
     return hdr, body, n, n + m

@@ -7,10 +7,10 @@ import asyncio
 import uuid
 
 import pytest
-from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
 from sink.kafka.handlers import REGISTRY, SUPPORTED, Call
+from sink.kafka.protocol import request_schema, response_schema
 from sink.state import commands
 from tests.unit.sink.batches import make_batch
 from tests.unit.sink.memory_services import MemoryNode
@@ -20,7 +20,7 @@ from tests.unit.sink.requests import encode, request_values
 def call(node: MemoryNode, api_key: int, version: int, values: dict | None = None):
     """One request through its handler -> the decoded response (None: no response)."""
     frame = encode(api_key, version, values or request_values(api_key), corr=9)
-    cls = load_request_schema(api_key, version)
+    cls = request_schema(api_key, version)
     _h, n = entity_reader(cls.__header_schema__)(frame, 0)
     req = entity_reader(cls)(frame, n)[0]
 
@@ -32,7 +32,7 @@ def call(node: MemoryNode, api_key: int, version: int, values: dict | None = Non
     if data is None:
         return None
     raw = b"".join(bytes(p) for p in data) if isinstance(data, list) else data
-    rcls = load_response_schema(api_key, version)
+    rcls = response_schema(api_key, version)
     hdr, n = entity_reader(rcls.__header_schema__)(raw, 0)
     body, m = entity_reader(rcls)(raw, n)
     assert hdr.correlation_id == 9 and n + m == len(raw)
@@ -52,7 +52,7 @@ def test_registry_is_keyed_by_kio_schemas_and_advertised():
         assert SUPPORTED[key] == api.versions
         lo, hi = api.versions
         for v in (lo, hi):
-            assert load_request_schema(key, v).__api_key__ == key
+            assert request_schema(key, v).__api_key__ == key
 
 
 def test_produce_then_fetch_and_list_offsets():
@@ -254,7 +254,7 @@ def test_create_topics_refuses_impossible_counts(num_partitions, replication_fac
 def test_zstd_needs_produce_v7_and_fetch_v10():
     """KIP-110: UNSUPPORTED_COMPRESSION_TYPE (76) for zstd below Produce v7 / Fetch v10."""
     node = MemoryNode()
-    zstd = make_batch([b"z"], attributes=4)
+    zstd = make_batch([b"z"], compression=4)
     r = call(node, 0, 6, produce_values(zstd))
     assert int(r.responses[0].partition_responses[0].error_code) == 76
     assert node.fsm.high_watermark("t", 0) == 0  # nothing appended

@@ -171,10 +171,7 @@ def test_write_failure_fails_futures_and_stops_the_queue(tmp_path, monkeypatch):
         monkeypatch.undo()
         with pytest.raises(StorageClosedError):
             await q.append(entries(4, 1))
-        q._closing = True
-        with q._cond:
-            q._cond.notify()
-        await asyncio.to_thread(q._thread.join)
+        await q._writer.close()  # the queue's private writer thread
         q.store._release()
 
     run(main())

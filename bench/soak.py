@@ -1,0 +1,287 @@
+"""Soak: a 3-node cluster under steady produce with short retention; memory, files,
+disk and latency must stay flat.
+
+    python bench/soak.py [--minutes 30] [--retention-minutes 3] [--size 100]
+
+1. Starts 3 `raftsink serve` processes (SinkProcessCluster) and a topic `soak`
+   (--partitions, default 3) with retention.ms = --retention-minutes.
+2. Measures the cluster's maximum produce rate (--probe-s seconds of a librdkafka
+   producer, acks=all, sending as fast as it can; acknowledged records per second).
+3. Produces at --load (default 50%) of that rate, paced every 10 ms, for --minutes,
+   while a sampler records every --sample-s (15 s) each node's RSS (/proc/PID/status
+   VmRSS), open files (/proc/PID/fd) and data directory size (allocated blocks), and
+   the produce latency (produce() to delivery report) p99 of the interval.
+4. Prints one line per sample and, last, one JSON line: rss_max_mb,
+   rss_growth_mb_per_hour and disk_growth_mb_per_hour (least-squares slope over the
+   last 2/3 of the samples, the worst node), disk_max_mb, retained_mb (the data a
+   retention window holds at the offered load), fds_max, p99_ms_max_interval,
+   p99_ms_median_interval, and the targets (issue 14): RSS <= 300 MB per node, growth
+   <= 20 MB/hour, disk growth <= 5% of the retained volume per hour, worst interval
+   p99 <= 3x the median interval's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import machine, percentile, print_targets
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sink.process_cluster import SinkProcessCluster
+
+TOPIC = "soak"
+MB = 1e6
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def dir_mb(path: str) -> float:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):  # compacted away meanwhile
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total / MB
+
+
+def slope_per_hour(ts: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys over ts (seconds), per hour."""
+    if len(ts) < 2:
+        return 0.0
+    mt, my = statistics.fmean(ts), statistics.fmean(ys)
+    den = sum((t - mt) ** 2 for t in ts)
+    if den == 0:
+        return 0.0
+    return sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / den * 3600
+
+
+class Load:
+    """A producer thread at a fixed rate; delivery latencies collected per interval."""
+
+    def __init__(self, bootstrap: str, size: int, partitions: int) -> None:
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
+        self.value = b"v" * size
+        self.partitions = partitions
+        self.lock = threading.Lock()
+        self.latencies: list[float] = []
+        self.acked = 0
+        self.errors = 0
+        self.stop = threading.Event()
+
+    def _report(self, sent: float):
+        def cb(err, _msg) -> None:
+            with self.lock:
+                if err is not None:
+                    self.errors += 1
+                else:
+                    self.acked += 1
+                    self.latencies.append((time.monotonic() - sent) * 1000)
+
+        return cb
+
+    def take_latencies(self) -> list[float]:
+        with self.lock:
+            out, self.latencies = self.latencies, []
+        return out
+
+    def run_paced(self, rate: float) -> None:
+        tick = 0.01
+        per_tick = rate * tick
+        owed = 0.0
+        nxt = time.monotonic()
+        i = 0
+        while not self.stop.is_set():
+            owed += per_tick
+            now = time.monotonic()
+            while owed >= 1:
+                try:
+                    self.producer.produce(
+                        TOPIC,
+                        self.value,
+                        partition=i % self.partitions,
+                        on_delivery=self._report(now),
+                    )
+                except BufferError:
+                    self.producer.poll(0.05)
+                    continue
+                owed -= 1
+                i += 1
+            self.producer.poll(0)
+            nxt += tick
+            delay = nxt - time.monotonic()
+            if delay > 0:
+                self.stop.wait(delay)
+            else:
+                nxt = time.monotonic()  # behind: never burst to catch up
+        self.producer.flush(60)
+
+    def probe(self, seconds: float) -> float:
+        """Acknowledged records per second sending as fast as the queue allows."""
+        start_acked = self.acked
+        t0 = time.monotonic()
+        i = 0
+        while time.monotonic() - t0 < seconds:
+            try:
+                self.producer.produce(
+                    TOPIC,
+                    self.value,
+                    partition=i % self.partitions,
+                    on_delivery=self._report(time.monotonic()),
+                )
+                i += 1
+            except BufferError:
+                self.producer.poll(0.01)
+            if i % 1000 == 0:
+                self.producer.poll(0)
+        self.producer.flush(120)
+        elapsed = time.monotonic() - t0
+        self.take_latencies()
+        return (self.acked - start_acked) / elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=30)
+    ap.add_argument("--retention-minutes", type=float, default=3)
+    ap.add_argument("--size", type=int, default=100, help="record value bytes")
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--load", type=float, default=0.5, help="fraction of the measured maximum")
+    ap.add_argument("--probe-s", type=float, default=20)
+    ap.add_argument("--sample-s", type=float, default=15)
+    ap.add_argument("--segment-mb", type=int, default=8, help="storage.segment_bytes in MiB")
+    ap.add_argument("--dir", default=None, help="base directory (default: a temporary one)")
+    args = ap.parse_args()
+    print(machine(), flush=True)
+    base = args.dir or tempfile.mkdtemp(prefix="topic-config-soak-")
+    cluster = SinkProcessCluster(
+        base,
+        extra_args=[
+            "--topics-retention-check-ms",
+            "5000",
+            # Compaction frees whole segment files: a segment of a few MB per node
+            # keeps the sawtooth small next to a few minutes of retained data.
+            "--storage-segment-bytes",
+            str(args.segment_mb << 20),
+        ],
+    )
+    cluster.start()
+    try:
+        asyncio.run(cluster.wait_ready())
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        retention_ms = int(args.retention_minutes * 60_000)
+        fut = admin.create_topics(
+            [NewTopic(TOPIC, args.partitions, config={"retention.ms": str(retention_ms)})]
+        )[TOPIC]
+        fut.result(60)
+        load = Load(cluster.bootstrap_servers, args.size, args.partitions)
+        max_rate = load.probe(args.probe_s)
+        rate = max_rate * args.load
+        print(
+            f"max produce rate {max_rate:.0f} records/s; soak at {rate:.0f} records/s", flush=True
+        )
+        pids = {i: n.proc.pid for i, n in cluster.nodes.items()}
+        acked_before = load.acked
+        thread = threading.Thread(target=load.run_paced, args=(rate,), daemon=True)
+        thread.start()
+        samples = []
+        t0 = time.monotonic()
+        end = t0 + args.minutes * 60
+        nxt = t0
+        while True:
+            nxt += args.sample_s
+            time.sleep(max(0.0, nxt - time.monotonic()))
+            lat = load.take_latencies()
+            exited = cluster.exited()
+            if exited:
+                raise RuntimeError(f"node(s) exited during the soak: {exited}")
+            s = {
+                "t": round(time.monotonic() - t0, 1),
+                "rss_mb": {i: round(rss_mb(p), 1) for i, p in pids.items()},
+                "fds": {i: open_files(p) for i, p in pids.items()},
+                "disk_mb": {i: round(dir_mb(n.data_dir), 1) for i, n in cluster.nodes.items()},
+                "p99_ms": round(percentile(lat, 0.99), 2) if lat else None,
+                "acked": len(lat),
+            }
+            samples.append(s)
+            print(json.dumps(s), flush=True)
+            if time.monotonic() >= end:
+                break
+        soak_s = time.monotonic() - t0
+        load.stop.set()
+        thread.join(120)
+        achieved = (load.acked - acked_before) / soak_s
+    finally:
+        cluster.stop()
+    tail = samples[len(samples) // 3 :]
+    ts = [s["t"] for s in tail]
+    nodes = list(samples[0]["rss_mb"])
+    rss_growth = max(slope_per_hour(ts, [s["rss_mb"][i] for s in tail]) for i in nodes)
+    disk_growth = max(slope_per_hour(ts, [s["disk_mb"][i] for s in tail]) for i in nodes)
+    p99s = [s["p99_ms"] for s in samples if s["p99_ms"] is not None]
+    # What one retention window holds at the rate achieved (per node: every node has it all).
+    retained_mb = achieved * args.size * args.retention_minutes * 60 / MB
+    out = {
+        "minutes": args.minutes,
+        "retention_minutes": args.retention_minutes,
+        "record_bytes": args.size,
+        "max_rate": round(max_rate),
+        "rate": round(rate),
+        "achieved_rate": round(achieved),
+        "acked": load.acked,
+        "errors": load.errors,
+        "rss_max_mb": max(max(s["rss_mb"].values()) for s in samples),
+        "rss_growth_mb_per_hour": round(rss_growth, 1),
+        "disk_max_mb": max(max(s["disk_mb"].values()) for s in samples),
+        "disk_growth_mb_per_hour": round(disk_growth, 1),
+        "retained_mb": round(retained_mb, 1),
+        "fds_max": max(max(s["fds"].values()) for s in samples),
+        "p99_ms_max_interval": max(p99s) if p99s else None,
+        "p99_ms_median_interval": statistics.median(p99s) if p99s else None,
+    }
+    targets = {
+        "rss <= 300 MB per node": out["rss_max_mb"] <= 300,
+        "rss growth <= 20 MB/hour": out["rss_growth_mb_per_hour"] <= 20,
+        "disk growth <= 5% of retained volume per hour": out["disk_growth_mb_per_hour"]
+        <= 0.05 * max(retained_mb, 1.0),
+        "worst interval p99 <= 3x median": bool(p99s)
+        and out["p99_ms_max_interval"] <= 3 * out["p99_ms_median_interval"],
+    }
+    print_targets(targets)
+    out["targets_met"] = all(targets.values())
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,679 @@
+"""RaftGroup: the asyncio driver of one Raft group around the pure core (braft's pipeline).
+
+A group lives in a RaftHost (host.py), which owns what the groups of a process
+share: the transport, the tick loop, the housekeeping loop, the disk writer
+thread and the data directory's LogEnvironment. Per group: the core (RawNode),
+its log (a DiskQueue over its own LogStore), its snapshots, its FSM calls and
+three tasks (raft, persist, apply) that sleep while the group is idle.
+
+    apply() --propose--> core --Ready--> raft loop
+        early_messages ----------------------------> transport (before our fsync)
+        snapshot / entries / hard state -----------> DiskQueue (one writer, group commit)
+    persist loop (Readies in order, each once its disk work is durable):
+        messages ----------------------------------> transport
+        committed entries -------------------------> apply loop (serial FSM calls)
+        core.advance(rd)  (the leader's own vote counts from here)
+    apply loop: on_apply in batches, then proposal futures completed by index
+
+Nothing here blocks the event loop on the disk or on the quorum: proposal
+futures are parked by index (DLedger's lesson) and completed by the apply loop,
+failed when leadership is lost (outcome unknown) or on timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import inspect
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from raftlog import core
+from raftlog.core import Ready, Role
+from raftlog.core.log_reader import Snapshot
+from raftlog.entry import EntryType, HardState, LogEntry
+from raftlog.runtime.errors import (
+    LeaderChangedError,
+    NodeStoppedError,
+    ProposalTimeoutError,
+)
+from raftlog.runtime.group_api import GroupClientMixin, Waiter
+from raftlog.runtime.log_adapter import QueueLogReader
+from raftlog.runtime.options import NodeOptions
+from raftlog.runtime.snapshots import SnapshotStore
+from raftlog.runtime.state_machine import ApplyResult, StateMachine
+from raftlog.storage import DiskQueue, LogRangeError, LogStore
+from raftlog.storage.identity import GroupIdentity, resolve
+
+if TYPE_CHECKING:  # the host imports this module
+    from raftlog.runtime.host import RaftHost
+
+log = logging.getLogger("raftlog.runtime")
+
+
+@dataclass(slots=True)
+class NodeStats:
+    proposals: int = 0
+    applied_entries: int = 0
+    apply_batches: int = 0
+    readies: int = 0
+    leader_changes: int = 0
+    snapshots_taken: int = 0
+    snapshots_installed: int = 0
+
+
+class RaftGroup(GroupClientMixin):
+    """This process's replica of one Raft group, hosted by a RaftHost.
+
+    Create it with RaftHost.add_group (or RaftNode, a host with one group).
+    peers: node id -> Raft transport address for every voter (this node too);
+    used for the initial configuration (when the log has none) and as leader
+    address hints in NotLeaderError. Storage: log_dir / snapshot_dir when given
+    (a single-group node's own layout), else the host's LogEnvironment under
+    groups/<group id>/.
+    """
+
+    def __init__(
+        self,
+        host: RaftHost,
+        group_id: int,
+        peers: dict[int, str],
+        fsm: StateMachine,
+        options: NodeOptions | None = None,
+        seed: int | None = None,
+        join: bool = False,
+        compaction_limit: Callable[[], int | None] | None = None,
+        log_dir: str | None = None,
+        snapshot_dir: str | None = None,
+    ) -> None:
+        node_id = host.node_id
+        if node_id not in peers and not join:
+            raise ValueError(f"peers must include this node ({node_id})")
+        self.host = host
+        self.id = node_id
+        self.data_dir = host.data_dir or os.path.dirname(log_dir or "")
+        self._log_dir = log_dir
+        self._snapshot_dir = snapshot_dir
+        self.peers = dict(peers)
+        self.fsm = fsm
+        self.transport = host.transport
+        self.options = options or NodeOptions()
+        self.group_id = group_id
+        self.stats = NodeStats()
+        # A joining node starts with no voters: it never campaigns, and learns
+        # the membership from the leader's log (after add_learner/add_voter).
+        self._join = join
+        # compaction_limit() -> highest log index the application allows to be
+        # compacted away (None: no limit). Retention policies live there.
+        self._compaction_limit = compaction_limit
+        self._seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake = asyncio.Event()
+        self._persist_wake = asyncio.Event()
+        self._pipeline: collections.deque[tuple[Ready, asyncio.Future | None, bool]] = (
+            collections.deque()
+        )
+        self._parked_commits = 0
+        self._apply_q: asyncio.Queue = asyncio.Queue()
+        self._waiters: dict[int, Waiter] = {}
+        self._proposals: list[tuple[bytes, asyncio.Future, float]] = []
+        self._pending_count = 0  # queued + proposed, not yet completed
+        self._reads: dict[bytes, Waiter] = {}
+        self._read_seq = 0
+        self._applied_waiters: list[tuple[int, asyncio.Future]] = []
+        self._tasks: list[asyncio.Task] = []
+        self._started = False
+        self._stopped = False
+        self._fatal: BaseException | None = None
+        # Public, read-only for applications: leader_id (0: none known now),
+        # last_leader_id, role, applied (highest index given to on_apply).
+        self.leader_id = 0
+        # The last leader this node knew (0: none yet); kept while leaderless so
+        # clients can be pointed somewhere better than nowhere.
+        self.last_leader_id = 0
+        self.role = Role.FOLLOWER
+        self.applied = 0
+        self._leader_started_term = 0
+        self._last_hs = HardState()
+        self._saved_hs = HardState()
+        self._last_snapshot_index = 0
+        self._last_checkpoint = time.monotonic()
+
+    # ---------------------------------------------------------------- start
+
+    async def _open(self) -> None:
+        """Open storage, recover (snapshot + log), start the group's loops. The
+        host registers the group with the transport and ticks it afterwards."""
+        self._loop = asyncio.get_running_loop()
+        opts = self.options
+        host = self.host
+        if self._log_dir is not None:
+            store = await asyncio.to_thread(LogStore.open, self._log_dir, opts.storage)
+            snap_dir = self._snapshot_dir or os.path.join(self.data_dir, "snapshots")
+        else:
+            store = await asyncio.to_thread(host._open_group_log, self.group_id)
+            snap_dir = os.path.join(host._group_dir(self.group_id), "snapshots")
+        self.queue = DiskQueue(store, writer=host.writer)
+        self.snapshots = SnapshotStore(snap_dir)
+        snap = self.snapshots.load()
+        if snap is not None:
+            self.fsm.on_snapshot_load(snap.data)
+            self.applied = self._last_snapshot_index = snap.meta.index
+        hs = store.hard_state()
+        damage = ""
+        floor = max(store.last_index(), store.snapshot_meta().index)
+        if hs.commit > floor:
+            # recovery cut entries this node had made durable and knew committed (a
+            # synced tail lost or truncated): it must not vote as if it held them
+            damage = f"the log ends at {floor} below its commit checkpoint {hs.commit}"
+            log.warning("raft.log_damaged node=%d group=%d: %s", self.id, self.group_id, damage)
+            hs = HardState(hs.term, hs.vote, floor)
+        self._last_hs = self._saved_hs = hs
+        self.identity: GroupIdentity | None = None
+        if opts.identity:
+            ident_dir = self.data_dir if self._log_dir is not None else host.data_dir
+            ident_file = host.identity_file(ident_dir or self.data_dir, opts.cluster_id)
+            self.identity = await asyncio.to_thread(
+                resolve, ident_file, self.group_id, store, damage
+            )
+        cfg = core.RaftConfig(
+            id=self.id,
+            peers=() if self._join else sorted(self.peers),
+            election_tick=opts.election_ticks,
+            heartbeat_tick=opts.heartbeat_ticks,
+            max_msg_bytes=opts.max_append_bytes,
+            max_inflight_msgs=opts.max_inflight_msgs,
+            max_inflight_bytes=opts.max_inflight_bytes,
+            pre_vote=opts.pre_vote,
+            check_quorum=opts.check_quorum,
+            max_committed_bytes=opts.max_committed_bytes,
+            snapshot_chunk_bytes=opts.snapshot_chunk_bytes,
+            applied=self.applied,
+            group_id=self.group_id,
+            incarnation=self.identity.incarnation if self.identity else 0,
+            legacy=self.identity.legacy if self.identity else False,
+        )
+        reader = QueueLogReader(self.queue, self.snapshots)
+        self.core = core.RawNode(cfg, reader, random.Random(self._seed), hard_state=hs)
+        for coro, name in (
+            (self._raft_loop(), "raft"),
+            (self._persist_loop(), "persist"),
+            (self._apply_loop(), "apply"),
+        ):
+            self._tasks.append(
+                asyncio.create_task(coro, name=f"raft-{self.id}-g{self.group_id}-{name}")
+            )
+        self._started = True
+        log.info(
+            "raft.start node=%d group=%d term=%d commit=%d last=%d applied=%d incarnation=%d "
+            "identity=%s",
+            self.id,
+            self.group_id,
+            hs.term,
+            hs.commit,
+            self.queue.last_index(),
+            self.applied,
+            cfg.incarnation,
+            self.identity.reason if self.identity else "off",
+        )
+
+    # -------------------------------------------------- public read surface
+    # What applications read of a node. `core` (the RawNode) and `queue` (the
+    # DiskQueue) are internal: their invariants hold only on the node's own
+    # loops, and their shapes change with the runtime.
+
+    @property
+    def term(self) -> int:
+        """This node's current Raft term (0 before start). Only rises; sink uses it
+        as the Kafka leader epoch."""
+        core_ = getattr(self, "core", None)
+        return core_.term if core_ is not None else self._last_hs.term
+
+    @property
+    def commit_index(self) -> int:
+        """Highest log index this node knows to be committed (a follower learns it
+        from the leader, so it may lag the leader's). Invariant:
+        applied <= commit_index <= last log index."""
+        core_ = getattr(self, "core", None)
+        return core_.log.committed if core_ is not None else self._last_hs.commit
+
+    @property
+    def applied_index(self) -> int:
+        """Highest index handed to the state machine's on_apply (same as `applied`)."""
+        return self.applied
+
+    def first_index(self) -> int:
+        """First index still in the log (entries before it were compacted into a
+        snapshot). Valid after start()."""
+        return self.queue.first_index()
+
+    def read_committed(self, start: int, max_count: int, max_bytes: int) -> list[LogEntry]:
+        """Committed entries from `start` on: at most max_count entries and, past the
+        first, about max_bytes payload bytes. Never returns an entry above
+        max(commit_index, applied) (an applied entry was committed, even while a
+        restarted node has not relearned the commit index), so what it returns
+        can no longer change. Raises raftlog.storage.LogRangeError when start is
+        below first_index() (compacted) or above that bound. Valid after start();
+        call it on the node's loop."""
+        committed = max(self.commit_index, self.applied)
+        if start > committed:
+            raise LogRangeError(f"entry {start} is above the commit index {committed}")
+        return self.queue.read(start, min(max_count, committed - start + 1), max_bytes)
+
+    def membership(self) -> dict[str, list[int]]:
+        """Current configuration: {"voters": [...], "learners": [...]} (node ids)."""
+        m = self.core.membership
+        return {"voters": sorted(m.voters), "learners": sorted(m.learners)}
+
+    def identity_status(self) -> dict:
+        """This node's storage identity in the group: its incarnation, the one the
+        membership records for it, and whether it may vote now (`raftsink status`)."""
+        c = self.core
+        ident = self.identity
+        st: dict = {
+            "incarnation": c.cfg.incarnation,
+            "recorded": c.membership.incarnation_of(self.id),
+            "may_vote": c.may_vote,
+            "replacement": c.is_replacement(),
+            "voter": self.id in c.membership.voters,
+            "members": {str(k): v for k, v in sorted(c.membership.incarnations)},
+            "pending": sorted(c.membership.pending),
+        }
+        if ident is not None:
+            st.update(cluster_id=ident.cluster_id, legacy=ident.legacy, why=ident.reason)
+        return st
+
+    def is_leader(self) -> bool:
+        """This node is the leader of its group now (it may be deposed without
+        knowing yet; a read needing linearizability goes through read_index)."""
+        return self.role is Role.LEADER
+
+    def status(self) -> dict:
+        c = self.core
+        st = {
+            "id": self.id,
+            "group": self.group_id,
+            "role": self.role.value,
+            "term": c.term,
+            "leader": self.leader_id,
+            "commit": c.log.committed,
+            "applied": self.applied,
+            "last_index": self.queue.last_index(),
+            "durable_index": self.queue.durable_index,
+            "first_index": self.queue.first_index(),
+            "pending_proposals": self._pending_count,
+        }
+        st["membership"] = self.membership()
+        st["identity"] = self.identity_status()
+        qs, ss = self.queue.stats, self.queue.store.stats
+        st["disk"] = {
+            "batches": qs.batches,
+            "fsyncs": ss.syncs,
+            "busy_seconds": round(qs.write_seconds, 3),
+            "appended_entries": ss.appended_entries,
+        }
+        if self.role is Role.LEADER:
+            st["followers"] = {
+                pid: {"match": pr.match, "next": pr.next, "state": pr.state.name.lower()}
+                for pid, pr in c.progress.items()
+                if pid != self.id
+            }
+        return st
+
+    def _check_running(self) -> None:
+        if self._stopped or self._fatal is not None:
+            raise NodeStoppedError(
+                f"node {self.id} is stopped" + (f": {self._fatal!r}" if self._fatal else "")
+            )
+
+    # ----------------------------------------------------------- inbound
+
+    def _on_messages(self, msgs: list) -> None:
+        if self._stopped:
+            return
+        for m in msgs:
+            self.core.step(m)
+        self._wake.set()
+
+    # ---------------------------------------------------------------- loops
+
+    def _tick(self) -> None:
+        """One tick of the core (the host's tick loop calls it for every group)."""
+        c = self.core
+        c.tick()
+        if c.has_ready():
+            self._wake.set()
+
+    async def _raft_loop(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                if self._proposals:
+                    self._propose_queued()
+                while self.core.has_ready():
+                    rd = self.core.ready()
+                    self.stats.readies += 1
+                    await self._handle_ready(rd)
+        except Exception as exc:  # a bug or storage failure: stop loudly
+            self._fail(exc)
+
+    async def _handle_ready(self, rd: Ready) -> None:
+        if rd.soft_state is not None:
+            self._on_soft_state(rd.soft_state)
+        if rd.early_messages:
+            self.host.send(rd.early_messages)
+        last: asyncio.Future | None = None
+        if rd.snapshot is not None:
+            last = await self._persist_snapshot(rd.snapshot)
+        if rd.entries:
+            first = rd.entries[0].index
+            if first <= self.queue.last_index():
+                self.queue.truncate_suffix(first)
+            last = self.queue.append(rd.entries)
+        if rd.hard_state is not None:
+            self._last_hs = rd.hard_state
+            hs = rd.hard_state
+            # Term and vote must be durable before the messages; the commit
+            # field is only a checkpoint, saved periodically (housekeeping).
+            if (hs.term, hs.vote) != (self._saved_hs.term, self._saved_hs.vote):
+                last = self.queue.save_hard_state(hs)
+                self._saved_hs = hs
+        # A committed entry is durable on a quorum: it may be applied before
+        # this node's own copy is synced (etcd allows the same with async
+        # storage writes), so local fsync stalls stay off the client's path.
+        # Order is kept: behind a snapshot (which goes through the ordered
+        # path) every later batch waits too.
+        parked = False
+        if rd.committed_entries:
+            if self._parked_commits or rd.snapshot is not None:
+                parked = True
+                self._parked_commits += 1
+            else:
+                self._release_committed(rd.committed_entries)
+        self._pipeline.append((rd, last, parked))
+        self._persist_wake.set()
+
+    def _release_committed(self, entries: list[LogEntry]) -> None:
+        self._apply_q.put_nowait(entries)
+        self.core.on_applied(entries[-1].index)
+
+    async def _persist_snapshot(self, snap: Snapshot) -> asyncio.Future:
+        meta = snap.meta
+        await asyncio.to_thread(self.snapshots.save, snap)
+        if self.queue.term_at(meta.index) == meta.term and meta.index <= self.queue.last_index():
+            self.queue.save_snapshot_meta(meta)
+            return self.queue.truncate_prefix(meta.index)
+        self.queue.save_snapshot_meta(meta)
+        return self.queue.reset(meta.index + 1, meta)
+
+    async def _persist_loop(self) -> None:
+        """Readies in order, each once its disk work is durable: send its
+        messages, release parked committed entries, report persistence."""
+        core_ = self.core
+        try:
+            while True:
+                if not self._pipeline:
+                    self._persist_wake.clear()
+                    await self._persist_wake.wait()
+                    continue
+                rd, fut, parked = self._pipeline[0]
+                if fut is not None:
+                    await fut  # this Ready's writes (and all before them) are durable
+                self._pipeline.popleft()
+                if rd.messages:
+                    self.host.send(rd.messages)
+                if rd.hard_state is not None:
+                    core_.on_hard_state_persisted(rd.hard_state)
+                if rd.snapshot is not None:
+                    self.stats.snapshots_installed += 1
+                    self._apply_q.put_nowait(rd.snapshot)
+                    core_.on_snapshot_persisted(rd.snapshot.meta.index)
+                if rd.entries:
+                    last = rd.entries[-1]
+                    core_.on_persisted(last.index, last.term)
+                if parked:
+                    self._parked_commits -= 1
+                    self._release_committed(rd.committed_entries)
+                for rs in rd.read_states:
+                    w = self._reads.pop(rs.context, None)
+                    if w is not None and not w.future.done():
+                        w.future.set_result(rs.index)
+                self._wake.set()
+        except Exception as exc:
+            self._fail(exc)
+
+    async def _apply_loop(self) -> None:
+        try:
+            while True:
+                item = await self._apply_q.get()
+                if isinstance(item, Snapshot):
+                    self.fsm.on_snapshot_load(item.data)
+                    self.applied = self._last_snapshot_index = item.meta.index
+                    self.queue.set_applied(self.applied)
+                    continue
+                entries: list[LogEntry] = list(item)
+                while not self._apply_q.empty():  # coalesce queued batches
+                    nxt = self._apply_q.get_nowait()
+                    if isinstance(nxt, Snapshot):
+                        await self._apply_entries(entries)
+                        entries = []
+                        self.fsm.on_snapshot_load(nxt.data)
+                        self.applied = self._last_snapshot_index = nxt.meta.index
+                        self.queue.set_applied(self.applied)
+                        continue
+                    entries.extend(nxt)
+                if entries:
+                    await self._apply_entries(entries)
+                self._maybe_snapshot()
+        except Exception as exc:
+            self._fail(exc)
+
+    async def _apply_entries(self, entries: list[LogEntry]) -> None:
+        data = [e for e in entries if e.type is EntryType.DATA]
+        results: Sequence[Any] = ()
+        if data:
+            out = self.fsm.on_apply(data)
+            results = await out if inspect.isawaitable(out) else out
+            if len(results) != len(data):
+                raise RuntimeError(
+                    f"on_apply returned {len(results)} results for {len(data)} entries"
+                )
+        self.stats.apply_batches += 1
+        self.stats.applied_entries += len(data)
+        waiters = self._waiters
+        if waiters:
+            for e, r in zip(data, results, strict=False):
+                w = waiters.pop(e.index, None)
+                if w is None:
+                    continue
+                self._pending_count -= 1
+                if w.future.done():
+                    continue
+                if w.term == e.term:
+                    w.future.set_result(ApplyResult(e.index, e.term, r))
+                else:
+                    w.future.set_exception(
+                        LeaderChangedError(f"entry {e.index} was replaced by a later leader")
+                    )
+            for e in entries:
+                if e.type is not EntryType.DATA:
+                    w = waiters.pop(e.index, None)
+                    if w is None:
+                        continue
+                    self._pending_count -= 1
+                    if w.future.done():
+                        continue
+                    if w.term == e.term:  # a membership change we proposed
+                        w.future.set_result(ApplyResult(e.index, e.term, None))
+                    else:
+                        w.future.set_exception(
+                            LeaderChangedError(f"entry {e.index} was replaced by a later leader")
+                        )
+        self.applied = entries[-1].index
+        self.queue.set_applied(self.applied)
+        for e in entries:
+            if (
+                e.type is EntryType.NOOP
+                and self.role is Role.LEADER
+                and e.term == self.core.term
+                and self._leader_started_term != e.term
+            ):
+                self._leader_started_term = e.term
+                self.fsm.on_leader_start(e.term)
+        if self._applied_waiters:
+            keep = []
+            for index, fut in self._applied_waiters:
+                if index <= self.applied:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    keep.append((index, fut))
+            self._applied_waiters = keep
+
+    def _maybe_snapshot(self) -> None:
+        every = self.options.snapshot_every_entries
+        if not every or self.applied - self._last_snapshot_index < every:
+            return
+        self._take_snapshot()
+
+    def snapshot_now(self) -> bool:
+        """Snapshot the applied state now, whatever snapshot_every_entries says, so the
+        log prefix can be given back at once (the sink calls it when the disk guard
+        refuses writes). False when there is nothing new to cover or the applied
+        entries are not durable here yet (the next apply's _maybe_snapshot retries)."""
+        if self.applied <= self._last_snapshot_index:
+            return False
+        return self._take_snapshot()
+
+    def _take_snapshot(self) -> bool:
+        # Applying may run ahead of this node's own fsync (committed entries
+        # are on a quorum), but a snapshot may only cover entries the core
+        # knows are durable here: wait for the persist loop to catch up.
+        if self.applied > self.core.log.stable_last():
+            return False
+        data = self.fsm.on_snapshot_save()
+        try:
+            snap = self.core.compact(self.applied, data)
+        except ValueError as exc:  # not compactable yet: the next apply retries
+            log.info("raft.snapshot_deferred node=%d reason=%s", self.id, exc)
+            return False
+        self._last_snapshot_index = snap.meta.index
+        self.stats.snapshots_taken += 1
+        self._tasks.append(asyncio.create_task(self._store_snapshot(snap)))
+        return True
+
+    async def _store_snapshot(self, snap: Snapshot) -> None:
+        try:
+            await asyncio.to_thread(self.snapshots.save, snap)
+            await self.queue.save_snapshot_meta(snap.meta)
+            upto = snap.meta.index - self.options.snapshot_keep_entries
+            if self._compaction_limit is not None:
+                limit = self._compaction_limit()
+                if limit is not None:
+                    upto = min(upto, limit)
+            if upto >= self.queue.first_index():
+                await self.queue.truncate_prefix(upto)
+        except Exception as exc:
+            self._fail(exc)
+
+    def _housekeep(self, now: float) -> None:
+        """Proposal/read timeouts and the commit checkpoint (the host's
+        housekeeping loop calls it for every group, every period)."""
+        for table in (self._waiters, self._reads):
+            if not table:
+                continue
+            expired = [k for k, w in table.items() if w.deadline <= now]
+            if table is self._waiters:
+                self._pending_count -= len(expired)
+            for k in expired:
+                w = table.pop(k)
+                if not w.future.done():
+                    w.future.set_exception(
+                        ProposalTimeoutError("no commit within the timeout; outcome unknown")
+                    )
+        if now - self._last_checkpoint >= self.options.commit_checkpoint_s:
+            self._last_checkpoint = now
+            hs = self._last_hs
+            if hs.commit != self._saved_hs.commit and hs.term == self._saved_hs.term:
+                self._saved_hs = hs
+                # Only a restart optimisation: written in order with the
+                # appends (so never ahead of them) but not fsynced.
+                self.queue.save_hard_state(hs, durable=False)
+
+    # ------------------------------------------------------- state changes
+
+    def _on_soft_state(self, ss: core.SoftState) -> None:
+        was_leader = self.role is Role.LEADER
+        if ss.lead != self.leader_id:
+            self.stats.leader_changes += 1
+            log.info(
+                "raft.leader node=%d group=%d leader=%d term=%d",
+                self.id,
+                self.group_id,
+                ss.lead,
+                self.core.term,
+            )
+        self.leader_id, self.role = ss.lead, ss.role
+        if ss.lead:
+            self.last_leader_id = ss.lead
+        if was_leader and ss.role is not Role.LEADER:
+            self._fail_waiters(LeaderChangedError("leadership lost; outcome unknown"))
+            self._leader_started_term = 0
+            self.fsm.on_leader_stop()
+
+    def _fail_waiters(self, exc: Exception) -> None:
+        queued, self._proposals = self._proposals, []
+        for _, fut, _ in queued:
+            if not fut.done():
+                fut.set_exception(exc)
+        self._pending_count = 0
+        for table in (self._waiters, self._reads):
+            for w in table.values():
+                if not w.future.done():
+                    w.future.set_exception(exc)
+            table.clear()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._fatal is not None:
+            return
+        self._fatal = exc
+        log.error("raft.fatal node=%d group=%d error=%r", self.id, self.group_id, exc)
+        self._fail_waiters(NodeStoppedError(f"node {self.id} stopped: {exc!r}"))
+        try:
+            self.fsm.on_error(exc)
+        finally:
+            for t in self._tasks:
+                if t is not asyncio.current_task():
+                    t.cancel()
+
+    # ----------------------------------------------------------------- stop
+
+    async def _close(self) -> None:
+        """Stop the loops, fail pending calls, close storage (the host has
+        already stopped routing messages to the group)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._fail_waiters(NodeStoppedError(f"node {self.id} group {self.group_id} stopped"))
+        if self._started:
+            await self.queue.close()
+
+    async def stop(self) -> None:
+        """Stop this group (the host and its other groups carry on)."""
+        await self.host.remove_group(self.group_id, delete=False)
+
+    @property
+    def fatal_error(self) -> BaseException | None:
+        return self._fatal

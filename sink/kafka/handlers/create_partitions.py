@@ -1,0 +1,66 @@
+"""CreatePartitions: grow a topic through the log, on the Raft leader (the
+controller; a follower answers NOT_CONTROLLER). Fewer or as many partitions as the
+topic has -> INVALID_PARTITIONS; more than kafka.max_create_partitions ->
+INVALID_PARTITIONS; manual assignments are accepted and ignored (every node holds
+every partition); validate_only checks without changing anything. The topic id
+stays."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kio.schema.create_partitions.v3.request import CreatePartitionsRequest
+
+from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.services import HandlerContext
+from sink.kafka.protocol.build import encode_response
+from sink.kafka.protocol.errors import ErrorCode
+
+
+async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
+    return later(_create(ctx, call))
+
+
+async def _create(ctx: HandlerContext, call: Call) -> bytes:
+    out = []
+    seen: set[str] = set()
+    for t in call.req.topics:
+        if t.name in seen:
+            err, msg = ErrorCode.invalid_request, f"topic {t.name!r} named twice"
+        elif ctx.lifecycle is None:
+            err, msg = ErrorCode.unsupported_version, "partition creation is not served here"
+        else:
+            err, msg = await ctx.lifecycle.create_partitions(
+                t.name, t.count, bool(call.req.validate_only)
+            )
+        seen.add(t.name)
+        out.append({"name": t.name, "error_code": err, "error_message": msg})
+    return _encode(call.version, call.corr, out)
+
+
+def _encode(version: int, corr: int, results: list) -> bytes:
+    body = {"throttle_time": 0, "results": results}
+    return encode_response(CreatePartitionsRequest.__api_key__, version, corr, body)
+
+
+def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes | None:
+    if req is None:
+        return None
+    return _encode(
+        version,
+        corr,
+        [{"name": t.name, "error_code": code, "error_message": None} for t in req.topics],
+    )
+
+
+API = Api(
+    CreatePartitionsRequest,
+    (0, 3),
+    handle,
+    error_response,
+    summary=(
+        "through the log on the leader (else NOT_CONTROLLER); fewer or equal -> "
+        "INVALID_PARTITIONS; validate_only; assignments ignored; topic id unchanged"
+    ),
+)

@@ -1,0 +1,70 @@
+"""DescribeCluster (KIP-700): the cluster id, every node with the address this
+listener advertises, and the controller: the Raft leader (-1 while leaderless).
+endpoint_type 2 (controllers, v1) is refused with UNSUPPORTED_ENDPOINT_TYPE as a
+broker does; authorized operations are not computed (no ACLs: INT32_MIN)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+
+from sink.kafka.handlers.api import Api, Call, Response, answered
+from sink.kafka.handlers.services import HandlerContext
+from sink.kafka.protocol.build import encode_response
+from sink.kafka.protocol.errors import ErrorCode
+
+_NO_OPERATIONS = -(2**31)
+_BROKERS = 1
+
+
+async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
+    endpoint = getattr(call.req, "endpoint_type", _BROKERS)
+    if endpoint != _BROKERS:
+        return answered(
+            _encode(call.version, call.corr, ErrorCode.unsupported_endpoint_type, "", [], -1)
+        )
+    brokers = [
+        {"broker_id": i, "host": h, "port": p, "rack": None}
+        for i, (h, p) in sorted(ctx.brokers.items())
+    ]
+    return answered(
+        _encode(
+            call.version,
+            call.corr,
+            ErrorCode.none,
+            ctx.leadership.cluster_id,
+            brokers,
+            ctx.leader_id(),
+        )
+    )
+
+
+def _encode(
+    version: int, corr: int, code: ErrorCode, cluster_id: str, brokers: list, controller: int
+) -> bytes:
+    body = {
+        "throttle_time": 0,
+        "error_code": code,
+        "error_message": None,
+        "endpoint_type": _BROKERS,
+        "cluster_id": cluster_id,
+        "controller_id": controller,
+        "brokers": brokers,
+        "cluster_authorized_operations": _NO_OPERATIONS,
+    }
+    return encode_response(DescribeClusterRequest.__api_key__, version, corr, body)
+
+
+def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes | None:
+    return _encode(version, corr, code, "", [], -1)
+
+
+API = Api(
+    DescribeClusterRequest,
+    (0, 1),
+    handle,
+    error_response,
+    summary="cluster id, every node at this listener's addresses, controller = Raft leader",
+)

@@ -1,0 +1,154 @@
+"""The read API's Members call: JSON requests onto the MembershipOperator.
+
+    {"op": "list"}
+    {"op": "add", "node": N, "raft": H:P, "kafka": H:P, "read_api": H:P}
+                                         (no addresses: a node of the peers setting)
+    {"op": "remove", "node": N}
+    {"op": "replace", "node": OLD, "new_node": NEW, "raft": ..., "kafka": ..., "read_api": ...}
+    {"op": "transfer", "node": N}        (no "node": the most caught-up voter)
+    {"op": "retire"}                     (sent by the leader to a node it removed)
+
+"timeout_s" (default 600) bounds a change. Bad input is answered with code "invalid"
+and a message naming the field; a change on a follower is forwarded to the leader once
+(the caller, e.g. `raftsink members`, follows leader_id after that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sink.members.operator import INVALID, NOT_LEADER, MembershipError, MembershipOperator
+from sink.readapi import read_api_pb2 as pb
+from sink.readapi.client import ReadApiClient
+from sink.state.members import MemberAddress
+
+log = logging.getLogger("sink.members")
+
+OPS = ("list", "add", "remove", "replace", "transfer", "retire")
+DEFAULT_TIMEOUT_S = 600.0
+MAX_TIMEOUT_S = 24 * 3600.0
+
+
+def parse_request(text: str) -> dict[str, Any]:
+    """The request as a dict with checked fields; MembershipError(INVALID) otherwise."""
+    try:
+        req = json.loads(text or "{}")
+    except json.JSONDecodeError as exc:
+        raise MembershipError(INVALID, f"request is not JSON: {exc}") from None
+    if not isinstance(req, dict):
+        raise MembershipError(INVALID, "request must be a JSON object")
+    op = req.get("op", "list")
+    if op not in OPS:
+        raise MembershipError(INVALID, f"unknown op {op!r}; one of {', '.join(OPS)}")
+    for key in ("node", "new_node"):
+        v = req.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise MembershipError(INVALID, f"{key} must be an integer >= 1, got {v!r}")
+    if op in ("add", "remove", "replace") and req.get("node") is None:
+        raise MembershipError(INVALID, f"{op} needs a node id")
+    t = req.get("timeout_s", DEFAULT_TIMEOUT_S)
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 < t <= MAX_TIMEOUT_S:
+        raise MembershipError(INVALID, f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}], got {t!r}")
+    req["op"], req["timeout_s"] = op, float(t)
+    return req
+
+
+def _address(req: dict[str, Any]) -> MemberAddress | None:
+    """The request's addresses; None if it gives none (a node of the peers setting)."""
+    missing = [k for k in MemberAddress._fields if not req.get(k)]
+    if len(missing) == len(MemberAddress._fields):
+        return None
+    if missing:
+        raise MembershipError(INVALID, f"{req['op']} needs addresses: {', '.join(missing)}")
+    return MemberAddress(req["raft"], req["kafka"], req["read_api"])
+
+
+class MembersEndpoint:
+    """One Members call: run it here on the leader, or forward it there once."""
+
+    def __init__(
+        self,
+        operator: MembershipOperator,
+        read_api_of: Callable[[int], str | None],
+        retire: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
+        self.operator = operator
+        self.read_api_of = read_api_of
+        self.retire = retire
+        self._bg: asyncio.Future | None = None  # the retirement, once started
+
+    async def call(self, text: str, forwarded: bool) -> pb.MembersReply:
+        op = self.operator
+        try:
+            req = parse_request(text)
+            leader = op.node.leader_id
+            if req["op"] == "list" and not forwarded and leader and leader != op.node.id:
+                # The leader's view has every member's match index and lag.
+                reply = await self._forward(text, leader)
+                if reply is not None and not reply.code:
+                    return reply
+            result = await self._run(req)
+        except MembershipError as exc:
+            leader = exc.leader_id or op.node.leader_id
+            if exc.code == NOT_LEADER and not forwarded and leader and leader != op.node.id:
+                forwarded_reply = await self._forward(text, leader)
+                if forwarded_reply is not None:
+                    return forwarded_reply
+            return pb.MembersReply(code=exc.code, error=str(exc), leader_id=leader)
+        return pb.MembersReply(json=json.dumps(result), leader_id=op.node.leader_id)
+
+    async def _run(self, req: dict[str, Any]) -> dict[str, Any]:
+        op, kind, timeout = self.operator, req["op"], req["timeout_s"]
+        if kind == "list":
+            return op.describe()
+        if kind == "retire":
+            if self.retire is not None:
+                self._bg = asyncio.ensure_future(self.retire("the leader removed this node"))
+            return {"op": "retire", "node": op.node.id}
+        if kind == "add":
+            return await op.add(req["node"], _address(req), timeout)
+        if kind == "transfer":
+            return await op.transfer(req.get("node"), timeout)
+        if kind == "remove":
+            gone = op.address_of(req["node"])
+            out = await op.remove(req["node"], timeout)
+            await self._tell_removed(req["node"], gone)
+            return out
+        new = req.get("new_node") or req["node"]
+        gone = op.address_of(req["node"])
+        out = await op.replace(req["node"], new, _address(req), timeout)
+        if new != req["node"]:
+            await self._tell_removed(req["node"], gone)
+        return out
+
+    async def _tell_removed(self, node_id: int, addr: MemberAddress | None) -> None:
+        """Best effort: a removed node may not learn it from its log (the leader stops
+        replicating to it); tell it to retire its Kafka listeners. A dead one cannot hear."""
+        if addr is None:
+            return
+        client = ReadApiClient(addr.read_api)
+        try:
+            await client.members({"op": "retire"}, forwarded=True, timeout=2.0)
+        except Exception as exc:
+            log.info("sink.members node %d not told to retire: %r", node_id, exc)
+        finally:
+            await client.close()
+
+    async def _forward(self, text: str, leader: int) -> pb.MembersReply | None:
+        address = self.read_api_of(leader)
+        if address is None:
+            return None
+        client = ReadApiClient(address)
+        req = json.loads(text or "{}")
+        try:
+            wait = float(req.get("timeout_s", DEFAULT_TIMEOUT_S)) + 30.0
+            return await client.members(req, forwarded=True, timeout=wait)
+        except Exception as exc:
+            log.info("sink.members forward to node %d failed: %r", leader, exc)
+            return None
+        finally:
+            await client.close()

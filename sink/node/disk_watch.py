@@ -1,0 +1,246 @@
+"""DiskWatch: what a node does about its free-space reserve (raftlog.storage.DiskGuard).
+
+    periodic statvfs (storage.space_check_ms) + produce's byte estimate -> level
+    OK               everything as usual
+    WRITES_REFUSED   produce answers KAFKA_STORAGE_ERROR (retriable: librdkafka, the
+                     Java client and KafkaJS retry it); Fetch, the read API and Raft
+                     traffic go on; a leader hands leadership to a follower (which may
+                     have room) and this node accepts no leadership transfer
+    APPENDS_REFUSED  also: inbound AppendEntries carrying entries are dropped (as if
+                     lost), so this node stops acknowledging and the leader commits with
+                     the other majority; heartbeats, votes and commit indexes still flow
+Leaving a level needs no restart: the next reading above the threshold (plus the
+guard's margin) clears it, and the leader re-sends what a follower dropped.
+
+Every level change is one WARNING line naming the volume and what to do; the level,
+free bytes and reserve per volume are on /metrics and in `raftsink status`.
+
+Invariant: this module only advises (returns booleans); the gates that act on them are
+SinkService.produce (write gate) and raftlog's GatedTransport (append and leadership
+gates, wired in sink.node.assemble).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from raftlog.storage import DiskGuard, DiskLevel
+
+log = logging.getLogger("sink.disk")
+
+_WHAT_TO_DO = (
+    "free space on that volume (retention: shorten topics' retention.ms / retention.bytes, "
+    "or set retention.hard_max_entries; remove other files; grow the volume); "
+    "writes resume by themselves, no restart"
+)
+
+
+HANDOFF_MAX_S = 30.0
+"""Longest wait between two leadership hand-off attempts while below the reserve."""
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f}MB"
+
+
+class DiskWatch:
+    """The node's disk level, read every interval_s; node: the RaftNode (for the
+    leadership hand-off; None in tests of the gates alone)."""
+
+    def __init__(
+        self,
+        guard: DiskGuard,
+        node_id: int,
+        *,
+        interval_s: float,
+        node: Any | None = None,
+        handoff_every_s: float = 2.0,
+    ) -> None:
+        self.guard = guard
+        self.node_id = node_id
+        self.node = node
+        self.interval_s = interval_s
+        self.handoff_every_s = handoff_every_s
+        self.level = guard.check()
+        self.refused_writes = 0
+        """Produce requests (topic-partitions) refused below the reserve."""
+        self.handoffs = 0
+        self._task: asyncio.Task | None = None
+        self._handoff: asyncio.Task | None = None
+        self._last_handoff = float("-inf")
+        self._handoff_round = 0
+        # Doubles after each refused hand-off (every node full: a transfer attempt
+        # blocks the leader's proposals for an election timeout), up to HANDOFF_MAX_S.
+        self._handoff_wait = handoff_every_s
+        self.on_refuse: Any = None
+        """Called (no arguments) on every check while produce is refused: the node's
+        retention runs at once and compacts (sink.topics.worker.RetentionWorker.compact_now)."""
+        if self.level is not DiskLevel.OK:
+            self._log_change(DiskLevel.OK, self.level)
+
+    # ------------------------------------------------------------------ gates
+
+    def admit_write(self, nbytes: int) -> bool:
+        """Produce asks to take nbytes of new data: False below the reserve."""
+        if self.level is not DiskLevel.OK:
+            self.refused_writes += 1
+            return False
+        self._set(self.guard.note_written(nbytes))
+        return True
+
+    def appends_allowed(self) -> bool:
+        return self.level < DiskLevel.APPENDS_REFUSED
+
+    def accepts_leadership(self) -> bool:
+        return self.level is DiskLevel.OK
+
+    # ------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"disk-watch-{self.node_id}")
+
+    async def stop(self) -> None:
+        for task in (self._task, self._handoff):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            self._set(self.guard.check())
+            if self.level is not DiskLevel.OK:
+                if self.on_refuse is not None:
+                    try:
+                        self.on_refuse()
+                    except Exception:  # the guard keeps guarding
+                        log.exception("disk.compact_now failed")
+                self._maybe_hand_off()
+
+    def _set(self, level: DiskLevel) -> None:
+        if level is not self.level:
+            old, self.level = self.level, level
+            self._log_change(old, level)
+            if level is DiskLevel.OK:
+                self._handoff_wait = self.handoff_every_s
+
+    def _log_change(self, old: DiskLevel, new: DiskLevel) -> None:
+        vol = self.guard.worst()
+        where = (
+            f"node={self.node_id} dir={vol.path} free={_mb(vol.free_bytes)} "
+            f"reserve={_mb(vol.reserve_bytes)}"
+        )
+        if new is DiskLevel.OK:
+            log.warning("disk.space_returned %s: produce accepted again", where)
+        elif new is DiskLevel.WRITES_REFUSED and old is DiskLevel.OK:
+            log.warning(
+                "disk.reserve_reached %s: produce refused (KAFKA_STORAGE_ERROR, clients "
+                "retry), reads and replication go on; %s",
+                where,
+                _WHAT_TO_DO,
+            )
+        elif new is DiskLevel.APPENDS_REFUSED:
+            log.warning(
+                "disk.appends_refused %s (under half the reserve): this node stops "
+                "appending replicated entries, the others commit without it; %s",
+                where,
+                _WHAT_TO_DO,
+            )
+        else:
+            log.warning("disk.appends_resumed %s: produce still refused", where)
+
+    # ------------------------------------------------------ leadership hand-off
+
+    def _maybe_hand_off(self) -> None:
+        """A leader that may not take new data hands leadership to a follower, which
+        may have room (a follower without room refuses the TimeoutNow; then the next
+        one is tried handoff_every_s later, and a leader keeps leading meanwhile:
+        reads are served either way)."""
+        node = self.node
+        if node is None or not node.is_leader():
+            return
+        if self._handoff is not None and not self._handoff.done():
+            return
+        now = time.monotonic()
+        if now - self._last_handoff < self._handoff_wait:
+            return
+        followers = node.status().get("followers", {})
+        if not followers:
+            return
+        ranked = sorted(followers, key=lambda pid: (-followers[pid]["match"], pid))
+        target = ranked[self._handoff_round % len(ranked)]
+        self._handoff_round += 1
+        self._last_handoff = now
+        self._handoff = asyncio.create_task(self._transfer(target))
+
+    async def _transfer(self, target: int) -> None:
+        node = self.node
+        assert node is not None
+        opts = node.options
+        timeout = 2 * opts.election_ticks * opts.tick_ms / 1000
+        try:
+            await node.transfer_leader(target, timeout=timeout)
+        except Exception as exc:  # refused (no room there either) or leadership moved
+            self._handoff_wait = min(2 * self._handoff_wait, HANDOFF_MAX_S)
+            log.info(
+                "disk.leadership_handoff_refused node=%d to=%d (next try in %.0f s): %r",
+                self.node_id,
+                target,
+                self._handoff_wait,
+                exc,
+            )
+            return
+        self.handoffs += 1
+        log.warning(
+            "disk.leadership_handed_off node=%d to=%d: below the disk reserve", self.node_id, target
+        )
+
+    # ------------------------------------------------------------ observation
+
+    def status(self) -> dict[str, Any]:
+        """For `raftsink status` (read API): level and every volume."""
+        return {
+            "level": self.level.name.lower(),
+            "volumes": [v.as_dict() for v in self.guard.volumes],
+            "refused_writes": self.refused_writes,
+        }
+
+    def gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
+        """(name, help, labels, value) for /metrics (sink.metrics)."""
+        out: list[tuple[str, str, dict[str, str], float]] = []
+        for v in self.guard.volumes:
+            lab = {"dir": v.path}
+            out.append(
+                ("disk_free_bytes", "Free bytes of the volume (f_bavail)", lab, v.free_bytes)
+            )
+            out.append(
+                ("disk_reserve_bytes", "Free-space reserve of the volume", lab, v.reserve_bytes)
+            )
+        out.append(
+            (
+                "disk_guard_tripped",
+                "1 while produce is refused for lack of disk space",
+                {},
+                0 if self.level is DiskLevel.OK else 1,
+            )
+        )
+        out.append(
+            (
+                "disk_appends_refused",
+                "1 while this node refuses replicated appends (under half the reserve)",
+                {},
+                1 if self.level is DiskLevel.APPENDS_REFUSED else 0,
+            )
+        )
+        return out
+
+    def counters(self) -> dict[str, float]:
+        return {
+            "disk_refused_writes": self.refused_writes,
+            "disk_leadership_handoffs": self.handoffs,
+        }

@@ -1,0 +1,109 @@
+"""Member addresses through the Raft log: the "M" command and the applied table.
+
+Raft's configuration entries carry node ids (and, with node identity, incarnations),
+not addresses. A node that joins later, and every node that becomes leader later,
+must still reach the new member, and Kafka's Metadata must name its listener; so the
+operator's add/replace writes the member's addresses into the log first:
+
+    MEMBER_ADDRESSES  b"M" | JSON {"op": "set", "id": N, "raft": H:P, "kafka": H:P,
+                                   "read_api": H:P}
+                            | JSON {"op": "forget", "id": N}
+
+Applied on every node into MemberTable (in the snapshot under "members"). Addresses
+of the initial members come from the `peers` setting; a table entry overrides it
+(replacing a node at a new address). An unreadable entry is logged and skipped,
+never a crashed node.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+MEMBER_ADDRESSES = 0x4D  # "M"
+
+
+class MemberAddress(NamedTuple):
+    raft: str
+    kafka: str
+    read_api: str
+
+
+def _check_hostport(what: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what}: expected HOST:PORT, got {value!r}")
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{what}: expected HOST:PORT, got {value!r}")
+    return value
+
+
+def check_address(addr: MemberAddress) -> MemberAddress:
+    """addr, if each of its three addresses is HOST:PORT; else ValueError naming it."""
+    for name, value in zip(MemberAddress._fields, addr, strict=True):
+        _check_hostport(name, value)
+    return addr
+
+
+def encode_set_member(node_id: int, addr: MemberAddress) -> bytes:
+    check_address(addr)
+    if node_id < 1:
+        raise ValueError(f"node id must be >= 1, got {node_id}")
+    body = {"op": "set", "id": node_id, **addr._asdict()}
+    return b"M" + json.dumps(body, separators=(",", ":")).encode()
+
+
+def encode_forget_member(node_id: int) -> bytes:
+    return b"M" + json.dumps({"op": "forget", "id": node_id}).encode()
+
+
+def decode_member_command(data: bytes) -> tuple[str, int, MemberAddress | None]:
+    """(op, node id, address or None); ValueError on anything else."""
+    if data[:1] != b"M":
+        raise ValueError("not a member command")
+    try:
+        body = json.loads(bytes(data[1:]))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"member command is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ValueError("member command is not a JSON object")
+    op, node_id = body.get("op"), body.get("id")
+    if not isinstance(node_id, int) or isinstance(node_id, bool) or node_id < 1:
+        raise ValueError(f"member command: bad node id {node_id!r}")
+    if op == "forget":
+        return op, node_id, None
+    if op != "set":
+        raise ValueError(f"member command: unknown op {op!r}")
+    addr = MemberAddress(body.get("raft"), body.get("kafka"), body.get("read_api"))
+    return op, node_id, check_address(addr)
+
+
+class MemberTable:
+    """node id -> MemberAddress, as applied from the log (later entries win)."""
+
+    def __init__(self, addresses: dict[int, MemberAddress] | None = None) -> None:
+        self.addresses: dict[int, MemberAddress] = dict(addresses or {})
+        self.version = 0
+        """Bumped on every applied change (the node's watcher compares it)."""
+
+    def apply(self, data: bytes) -> int:
+        """Apply one "M" entry; returns the node id it named. ValueError if unreadable."""
+        _, node_id, addr = decode_member_command(data)
+        if addr is None:
+            self.addresses.pop(node_id, None)
+        else:
+            self.addresses[node_id] = addr
+        self.version += 1
+        return node_id
+
+    def get(self, node_id: int) -> MemberAddress | None:
+        return self.addresses.get(node_id)
+
+    def to_json(self) -> list[list[Any]]:
+        return [[i, *a] for i, a in sorted(self.addresses.items())]
+
+    @classmethod
+    def from_json(cls, data: list[list[Any]]) -> MemberTable:
+        table = cls({int(i): MemberAddress(r, k, ra) for i, r, k, ra in data})
+        table.version = 1
+        return table

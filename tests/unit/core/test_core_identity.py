@@ -1,0 +1,200 @@
+"""Node identity in the core: incarnations in the membership, founding, replacements.
+
+The scenario of issue 12 ("Why"), driven by hand on three RawNodes: F1 stalls,
+records commit on L and F2, L and F2 crash, F2 comes back empty, F1 resumes.
+Without incarnations F2 votes for F1 and the acknowledged records are lost
+(the last test shows it); with them F2 never votes until the leader has caught
+it up and admitted it again.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from raftlog.core import Membership, ProposalDroppedError, Role
+from raftlog.core.messages import IDENTITY_LEGACY, IDENTITY_SEALED, RequestVote
+from raftlog.sim.harness import Cluster
+
+
+def _until_leader(c: Cluster, ids: tuple[int, ...], max_ticks: int = 400) -> int:
+    for _ in range(max_ticks):
+        for i in ids:
+            if c.peers[i].alive:
+                c.peers[i].node.tick()
+        c.stabilize()
+        lead = c.leader()
+        if lead is not None and lead in ids:
+            return lead
+    raise AssertionError(f"no leader among {ids} within {max_ticks} ticks")
+
+
+def _founded(seed: int = 1) -> tuple[Cluster, int]:
+    c = Cluster((1, 2, 3), seed=seed, incarnations=True)
+    lead = _until_leader(c, (1, 2, 3))
+    c.tick_all(3)
+    return c, lead
+
+
+def test_founding_records_every_incarnation_before_any_data():
+    c, lead = _founded()
+    for i in (1, 2, 3):
+        m = c.node(i).membership
+        assert m.incarnation_map() == {1: 1001, 2: 1002, 3: 1003}, i
+        assert c.node(i).may_vote
+    # the seal is the entry right after the leader's no-op: no data before it
+    log = c.peers[lead].log()
+    first_config = next(e for e in log if e.type.name == "CONFIG")
+    assert all(e.type.name == "NOOP" for e in log if e.index < first_config.index)
+
+
+def test_membership_encoding_keeps_the_old_form_readable():
+    old = Membership.decode(b"v=1,2,3;l=4")
+    assert old == Membership.of((1, 2, 3), (4,)) and not old.sealed()
+    m = Membership.of((1, 2, 3), (4,), {1: 7, 4: 9}, pending=(4,))
+    assert m.encode() == b"v=1@7,2,3;l=4@9;p=4"
+    assert Membership.decode(m.encode()) == m
+    assert m.incarnation_of(2) == 0 and m.incarnation_of(4) == 9
+    r = m.replace(2, 55)
+    assert r.voters == {1, 3} and r.learners == {2, 4} and r.pending == {2, 4}
+    assert r.incarnation_of(2) == 55
+    assert r.add_voter(2).pending == {4}
+    assert m.remove(1).incarnation_of(1) == 0
+
+
+def test_a_wiped_follower_is_replaced_then_admitted_again():
+    c, lead = _founded()
+    follower = next(i for i in (1, 2, 3) if i != lead)
+    c.wipe(follower)
+    n = c.node(follower)
+    assert n.membership == Membership.of((1, 2, 3))  # from the peers setting
+    assert not n.may_vote  # a fresh storage founds only after hearing every voter unsealed
+    c.tick(lead, 1)  # the leader's traffic: sealed, and its log records the old storage
+    assert not n.may_vote
+    c.tick_all(40)
+    m = c.node(lead).membership
+    assert m.voters == {1, 2, 3} and m.incarnation_of(follower) == 1100 + follower
+    assert c.node(follower).may_vote and c.node(follower).membership == m
+
+
+def test_the_issue_scenario_loses_nothing_and_readmits_the_wiped_node():
+    c, lead = _founded(seed=3)
+    f1, f2 = (i for i in (1, 2, 3) if i != lead)
+    c.isolate(f1)  # F1 stalls (SIGSTOP)
+    acked = [c.propose(lead, b"rec-%d" % k)[0] for k in range(20)]
+    assert c.node(lead).log.committed >= acked[-1]  # acks=all: on L and F2
+    c.crash(lead)
+    c.wipe(f2)  # F2's data directory is gone; it starts empty
+    c.heal()
+    c.crash(lead)  # (heal() must not revive L)
+    # F1 resumes: F1 and F2 alone never elect a leader (F2 refuses its vote)
+    for _ in range(300):
+        c.tick(f1)
+        c.tick(f2)
+        assert c.node(f1).role is not Role.LEADER
+        assert c.node(f2).role is not Role.LEADER
+    assert not c.node(f2).may_vote
+    # L comes back: a leader with every acknowledged record, F2 replaced and re-admitted
+    c.restart(lead)
+    new_lead = _until_leader(c, (lead, f1), max_ticks=600)
+    assert new_lead in (lead, f1)
+    c.tick_all(200)
+    ld = c.node(c.leader())
+    m = ld.membership
+    assert m.voters == {1, 2, 3} and not m.pending, m
+    assert m.incarnation_of(f2) == 1000 + f2 + 100
+    for i in (1, 2, 3):
+        assert [b"rec-%d" % k for k in range(20)] == [
+            d for d in c.peers[i].applied if d.startswith(b"rec-")
+        ], i
+        assert c.node(i).may_vote
+
+
+def test_without_incarnations_the_same_scenario_loses_acknowledged_records():
+    """The scenario is a real hazard: plain Raft elects F1 and overwrites L."""
+    c = Cluster((1, 2, 3), seed=3)
+    lead = _until_leader(c, (1, 2, 3))
+    f1, f2 = (i for i in (1, 2, 3) if i != lead)
+    c.isolate(f1)
+    for k in range(20):
+        c.propose(lead, b"rec-%d" % k)
+    c.crash(lead)
+    c.peers[f2].storage = type(c.peers[f2].storage)()
+    c.restart(f2)
+    c.heal()
+    c.crash(lead)
+    assert _until_leader(c, (f1, f2), max_ticks=600) in (f1, f2)
+    assert not any(d.startswith(b"rec-") for d in c.peers[f2].applied)
+
+
+def test_replacement_acks_do_not_count_and_its_votes_are_refused():
+    c, lead = _founded(seed=5)
+    f1, f2 = (i for i in (1, 2, 3) if i != lead)
+    c.crash(f1)
+    c.wipe(f2)
+    # a vote request from the wiped storage is refused by a voter that records the old one
+    c.restart(f1)
+    voter = c.node(f1)
+    voter.step(
+        RequestVote(
+            src=f2,
+            dst=f1,
+            term=voter.term + 1,
+            last_index=10**6,
+            last_term=voter.term + 1,
+            pre_vote=True,
+            incarnation=1100 + f2,
+            identity=IDENTITY_SEALED,
+        )
+    )
+    resp = [m for m in voter.ready().messages if m.dst == f2 and m.type.name == "VOTE_RESP"]
+    assert len(resp) == 1 and not resp[0].granted
+    c.crash(f1)
+    # only L and the wiped F2 answer: nothing commits on F2's acknowledgements, and
+    # its replacement (a configuration change) waits for F1
+    ld = c.node(lead)
+    before = ld.log.committed
+    ld.propose(b"x")
+    c.stabilize()
+    c.tick_all(20)
+    assert ld.log.committed == before
+    assert c.peers[f2].storage.last_index() > before  # F2 does hold the entries
+    c.restart(f1)
+    c.tick_all(60)
+    lead2 = c.leader()
+    assert lead2 is not None
+    assert c.node(lead2).membership.incarnation_of(f2) == 1100 + f2
+    assert b"x" in c.peers[f2].applied
+
+
+def test_a_voter_is_promoted_only_from_the_incarnation_it_answers_from():
+    c, lead = _founded(seed=7)
+    c.add_peer(4)
+    c.node(4).cfg.incarnation = 2004
+    c.node(lead).add_learner(4)
+    c.stabilize()
+    ld = c.node(lead)
+    # the leader records the learner's incarnation itself once it has heard it
+    c.tick_all(10)
+    assert ld.membership.incarnation_of(4) == 2004
+    with pytest.raises(ProposalDroppedError, match="node 5"):
+        c.add_peer(5)
+        c.tick_all(2)
+        m = ld.membership.add_learner(5)
+        ld.propose_membership(m)
+        c.stabilize()
+        ld.propose_membership(ld.membership.add_voter(5))
+    ld.propose_membership(ld.membership.add_voter(4))
+    c.stabilize()
+    assert 4 in ld.membership.voters
+
+
+def test_legacy_storage_votes_until_recorded_then_gets_recorded():
+    c = Cluster((1, 2, 3), seed=2, incarnations=True)
+    for i in (1, 2, 3):
+        c.node(i).cfg.legacy = True  # data directories from before incarnations
+    lead = _until_leader(c, (1, 2, 3))
+    c.tick_all(5)
+    m = c.node(lead).membership
+    assert m.incarnation_map() == {1: 1001, 2: 1002, 3: 1003}
+    sent = [d for d in c.delivered if d.incarnation]
+    assert sent and all(d.identity & IDENTITY_LEGACY for d in sent)

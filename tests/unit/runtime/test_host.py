@@ -1,0 +1,229 @@
+"""RaftHost: many groups per process on one transport, one disk writer, coalesced beats."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from raftlog.core import Role
+from raftlog.runtime import HostOptions, NodeOptions, RaftGroup, RaftHost
+from raftlog.transport import HOST_GROUP_ID, Beats, LocalNetwork
+from tests.helpers.raft_inprocess import RecordingFSM, wait_until
+
+OPTS = NodeOptions(tick_ms=10, election_ticks=10)
+IDS = (1, 2, 3)
+PEERS = {i: f"local:{i}" for i in IDS}
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, timeout=120))
+
+
+class Cluster:
+    def __init__(self, base: str, groups: int) -> None:
+        self.base = base
+        self.net = LocalNetwork()
+        self.group_ids = list(range(1, groups + 1))
+        self.hosts: dict[int, RaftHost] = {}
+        self.fsms: dict[tuple[int, int], RecordingFSM] = {}
+
+    async def start(self) -> None:
+        for i in IDS:
+            host = RaftHost(
+                i,
+                self.net.transport(i, groups=()),
+                data_dir=os.path.join(self.base, f"n{i}"),
+                options=HostOptions(tick_ms=OPTS.tick_ms),
+            )
+            await host.start()
+            self.hosts[i] = host
+            for g in self.group_ids:
+                await self.add(i, g)
+
+    async def add(self, node: int, g: int) -> RaftGroup:
+        fsm = self.fsms[node, g] = RecordingFSM()
+        return await self.hosts[node].add_group(g, PEERS, fsm, OPTS, seed=node * 100 + g)
+
+    def leader(self, g: int) -> RaftGroup | None:
+        leads = [
+            h.groups[g] for h in self.hosts.values() if g in h.groups and h.groups[g].is_leader()
+        ]
+        return leads[0] if len(leads) == 1 else None
+
+    async def leaders(self) -> dict[int, RaftGroup]:
+        await wait_until(lambda: all(self.leader(g) for g in self.group_ids), what="leaders")
+        return {g: self.leader(g) for g in self.group_ids}
+
+    async def stop(self) -> None:
+        for h in self.hosts.values():
+            await h.stop()
+
+
+def test_groups_elect_commit_and_beat_coalesced(tmp_path):
+    async def main():
+        c = Cluster(str(tmp_path), groups=8)
+        await c.start()
+        leaders = await c.leaders()
+        # all groups at once, so the shared writer sees several groups per round
+        results = await asyncio.gather(
+            *(
+                lead.apply_batch([b"g%d-%d" % (g, k) for k in range(5)])
+                for g, lead in leaders.items()
+            )
+        )
+        assert [len(r) for r in results] == [5] * len(leaders)
+        await wait_until(
+            lambda: all(len(c.fsms[i, g].applied) == 5 for i in IDS for g in c.group_ids),
+            what="every replica applies",
+        )
+        for g in c.group_ids:
+            for i in IDS:
+                assert [d for _, d in c.fsms[i, g].applied] == [
+                    b"g%d-%d" % (g, k) for k in range(5)
+                ]
+        # Heartbeats travel coalesced: more group beats than messages carrying them.
+        before = {
+            i: (h.stats.beats_messages_sent, h.stats.beat_rows_sent) for i, h in c.hosts.items()
+        }
+        ticks0 = {i: h.stats.ticks for i, h in c.hosts.items()}
+        await wait_until(
+            lambda: all(h.stats.ticks >= ticks0[i] + 20 for i, h in c.hosts.items()),
+            what="20 more ticks on every host",
+        )
+        msgs = sum(h.stats.beats_messages_sent - before[i][0] for i, h in c.hosts.items())
+        rows = sum(h.stats.beat_rows_sent - before[i][1] for i, h in c.hosts.items())
+        assert msgs > 0 and rows > msgs
+        # One shared writer serves every group's log.
+        for h in c.hosts.values():
+            assert h.writer.stats.max_round_groups > 1
+            assert sorted(h.env.open_groups()) == c.group_ids
+        await c.stop()
+
+    run(main())
+
+
+def test_stale_term_beat_changes_nothing_and_unknown_group_rows_are_counted(tmp_path):
+    async def main():
+        c = Cluster(str(tmp_path), groups=2)
+        await c.start()
+        leaders = await c.leaders()
+        lead = leaders[1]
+        fid = next(i for i in IDS if i != lead.id)
+        other = next(i for i in IDS if i not in (lead.id, fid))
+        f = c.hosts[fid].groups[1]
+        core = f.core
+        term = core.term
+        assert term >= 1 and core.lead == lead.id
+        # Everything below runs without awaiting: no tick or message in between.
+        core.election_elapsed = 5
+        stale = Beats(
+            src=other, dst=fid, term=0, group_id=HOST_GROUP_ID, rows=[(1, term - 1, 0, 0)]
+        )
+        if term > 1:
+            c.hosts[fid]._on_coalesced([stale])
+            assert (core.term, core.lead, core.election_elapsed) == (term, lead.id, 5)
+        # Control: a beat at the group's current term from its leader does count.
+        fresh = Beats(src=lead.id, dst=fid, term=0, group_id=HOST_GROUP_ID, rows=[(1, term, 0, 0)])
+        c.hosts[fid]._on_coalesced([fresh])
+        assert core.election_elapsed == 0 and f.role is Role.FOLLOWER
+        # A row for a group not hosted here is dropped alone and counted.
+        core.election_elapsed = 5
+        unknown_before = c.hosts[fid].stats.unknown_group_beats
+        mixed = Beats(
+            src=lead.id,
+            dst=fid,
+            term=0,
+            group_id=HOST_GROUP_ID,
+            rows=[(999, 1, 0, 0), (1, term, 0, 0)],
+        )
+        c.hosts[fid]._on_coalesced([mixed])
+        assert c.hosts[fid].stats.unknown_group_beats == unknown_before + 1
+        assert core.election_elapsed == 0
+        await c.stop()
+
+    run(main())
+
+
+def test_stale_beat_term_rule_at_a_later_term(tmp_path):
+    """The stale-term half of the rule, made certain: move group 1 to a later term first."""
+
+    async def main():
+        c = Cluster(str(tmp_path), groups=1)
+        await c.start()
+        lead = (await c.leaders())[1]
+        target = next(i for i in IDS if i != lead.id)
+        await lead.transfer_leader(target)
+        new = (await c.leaders())[1]
+        assert new.id == target and new.term >= 2
+        fid = next(i for i in IDS if i != new.id)
+        f = c.hosts[fid].groups[1]
+        await wait_until(lambda: f.core.lead == new.id and f.core.term == new.term, what="follow")
+        f.core.election_elapsed = 5
+        old_term = new.term - 1
+        stale = Beats(
+            src=lead.id, dst=fid, term=0, group_id=HOST_GROUP_ID, rows=[(1, old_term, 0, 0)]
+        )
+        if lead.id == fid:  # the deposed leader itself: send the stale beat from the third node
+            stale.src = next(i for i in IDS if i not in (fid, new.id))
+        c.hosts[fid]._on_coalesced([stale])
+        assert (f.core.term, f.core.lead, f.core.election_elapsed) == (new.term, new.id, 5)
+        await c.stop()
+
+    run(main())
+
+
+def test_remove_a_group_then_reopen_it_or_delete_it(tmp_path):
+    async def main():
+        c = Cluster(str(tmp_path), groups=3)
+        await c.start()
+        leaders = await c.leaders()
+        victim = next(i for i in IDS if i != leaders[3].id)
+        await leaders[3].apply_batch([b"a", b"b"])
+        await wait_until(lambda: len(c.fsms[victim, 3].applied) == 2, what="replicated")
+        host = c.hosts[victim]
+        await host.remove_group(3)  # stopped, storage kept
+        assert 3 not in host.groups
+        # Peers still send group 3's traffic here: dropped and counted, nothing else stalls.
+        await wait_until(
+            lambda: (
+                host.transport.stats.unknown_group_messages + host.stats.unknown_group_beats > 0
+            ),
+            what="group 3 traffic counted as unknown",
+        )
+        for g in (1, 2):
+            assert (await leaders[g].apply(b"still")).index > 0
+        await leaders[3].apply(b"c")  # two replicas of three still commit
+        await c.add(victim, 3)  # reopened from groups/3/: recovers, then catches up
+        await wait_until(
+            lambda: [d for _, d in c.fsms[victim, 3].applied] == [b"a", b"b", b"c"],
+            what="the reopened replica catches up",
+        )
+        # delete=True forgets the group's files and index keys: the id opens empty.
+        # (Rejoining a group with a wiped replica is a membership change, not this.)
+        await host.remove_group(3, delete=True)
+        assert not os.path.exists(host.env.group_directory(3))
+        log = host.env.open_log(3)
+        assert (log.last_index(), log.hard_state().term) == (0, 0)
+        log.close()
+        await c.stop()
+
+    run(main())
+
+
+def test_add_group_refuses_bad_ids_and_ticks(tmp_path):
+    async def main():
+        c = Cluster(str(tmp_path), groups=1)
+        await c.start()
+        host = c.hosts[1]
+        with pytest.raises(ValueError, match="already hosted"):
+            await host.add_group(1, PEERS, RecordingFSM(), OPTS)
+        with pytest.raises(ValueError, match="group id"):
+            await host.add_group(HOST_GROUP_ID, PEERS, RecordingFSM(), OPTS)
+        with pytest.raises(ValueError, match="ticks every"):
+            await host.add_group(2, PEERS, RecordingFSM(), NodeOptions(tick_ms=20))
+        assert sorted(host.groups) == [1]
+        await c.stop()
+
+    run(main())

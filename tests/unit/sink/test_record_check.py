@@ -1,0 +1,99 @@
+"""Ingest decodes every record of a batch (Kafka's LogValidator): a CRC-valid batch
+whose records do not decode is refused with INVALID_RECORD and never stored."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from crc32c import crc32c
+
+from sink.kafka.protocol.codecs import GZIP, LZ4, SNAPPY, ZSTD, compress
+from sink.kafka.protocol.errors import ErrorCode
+from sink.kafka.protocol.record_check import MAX_INFLATED_BATCH, check_records
+from sink.kafka.protocol.records import HEADER, BatchError, parse_batches
+from tests.unit.sink.batches import _varint, make_batch
+
+
+def _record(i: int, key: bytes | None, value: bytes | None, headers=()) -> bytes:
+    def field(b: bytes | None) -> bytes:
+        return _varint(-1) if b is None else _varint(len(b)) + b
+
+    body = b"\x00" + _varint(5) + _varint(i) + field(key) + field(value) + _varint(len(headers))
+    for hk, hv in headers:
+        body += field(hk) + field(hv)
+    return _varint(len(body)) + body
+
+
+def _batch(recs: bytes, count: int, codec: int = 0) -> bytes:
+    """A batch with a valid header and CRC around arbitrary record bytes."""
+    if codec:
+        recs = compress(codec, recs)
+    header = HEADER.pack(0, 49 + len(recs), -1, 2, 0, codec, count - 1, 1, 2, -1, -1, -1, count)
+    b = bytearray(header + recs)
+    struct.pack_into(">I", b, 17, crc32c(bytes(b[21:])))
+    return bytes(b)
+
+
+def _check(batch: bytes) -> None:
+    check_records(batch, parse_batches(batch))
+
+
+@pytest.mark.parametrize("codec", [0, GZIP, SNAPPY, LZ4, ZSTD])
+def test_valid_batches_pass(codec):
+    recs = b"".join(
+        [
+            _record(0, b"k", b"v" * 300),
+            _record(1, None, None),
+            _record(2, b"", b"x", headers=[(b"h", b"1"), (b"h2", None)]),
+        ]
+    )
+    _check(_batch(recs, 3, codec))
+    _check(make_batch([b"a", b"b" * 1000], compression=codec))
+
+
+BAD = {
+    "truncated last record": (_record(0, b"k", b"v") + _record(1, b"k", b"v")[:-2], 2),
+    "fewer records than the count": (_record(0, b"k", b"v"), 2),
+    "bytes after the last record": (_record(0, b"k", b"v") + b"\x00\x00", 1),
+    "offsetDelta not dense": (_record(0, b"k", b"v") + _record(5, b"k", b"v"), 2),
+    "key longer than its record": (b"\x0e\x00\x0a\x00\x7e" + b"k" * 3 + b"\x00\x00" * 2, 1),
+    "null header key": (_record(0, b"k", b"v", headers=[(None, b"x")]), 1),
+    "negative header count": (b"\x0c\x00\x0a\x00\x00\x00\x01" + b"\x00" * 5, 1),
+    "record length below the minimum": (b"\x02\x00" + _record(0, b"k", b"v"), 1),
+    "value length -2": (b"\x0c\x00\x0a\x00\x02k\x03\x00\x00\x00\x00\x00", 1),
+    "varint of 11 bytes": (b"\x0c\x00" + b"\xff" * 11, 1),
+}
+
+
+@pytest.mark.parametrize("codec", [0, GZIP, ZSTD])
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_records_that_do_not_decode_are_invalid(name, codec):
+    recs, count = BAD[name]
+    with pytest.raises(BatchError) as e:
+        _check(_batch(recs, count, codec))
+    assert e.value.error_code == ErrorCode.invalid_record, name
+
+
+@pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4, ZSTD])
+def test_damaged_compressed_body_is_corrupt_message(codec):
+    good = compress(codec, _record(0, b"k", b"v" * 100))
+    damaged = good[: len(good) // 2] + bytes(len(good) - len(good) // 2)
+    header = HEADER.pack(0, 49 + len(damaged), -1, 2, 0, codec, 0, 1, 2, -1, -1, -1, 1)
+    b = bytearray(header + damaged)
+    struct.pack_into(">I", b, 17, crc32c(bytes(b[21:])))
+    with pytest.raises(BatchError) as e:
+        _check(bytes(b))
+    assert e.value.error_code in (ErrorCode.corrupt_message, ErrorCode.invalid_record)
+
+
+def test_zstd_bomb_is_bounded():
+    """A zstd body that inflates past the bound is refused without inflating it whole."""
+    big = compress(ZSTD, bytes(MAX_INFLATED_BATCH + 1024))
+    assert len(big) < 1 << 20
+    header = HEADER.pack(0, 49 + len(big), -1, 2, 0, ZSTD, 0, 1, 2, -1, -1, -1, 1)
+    b = bytearray(header + big)
+    struct.pack_into(">I", b, 17, crc32c(bytes(b[21:])))
+    with pytest.raises(BatchError) as e:
+        _check(bytes(b))
+    assert e.value.error_code == ErrorCode.corrupt_message

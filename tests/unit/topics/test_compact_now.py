@@ -1,0 +1,61 @@
+"""The compact-now hook: the disk guard, while it refuses produce, runs retention at once
+and asks the Raft node for a snapshot (sink.topics.worker)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+from sink.topics.worker import RetentionWorker, snapshot_now
+from tests.unit.sink.test_disk_watch import FakeDisk, MiB, make_watch
+from tests.unit.topics.test_retention import Log
+
+
+class Node(SimpleNamespace):
+    def __init__(self, applied: int, has_snapshot_now: bool = True) -> None:
+        super().__init__(applied=applied, snapshots=0)
+        if has_snapshot_now:
+            self.snapshot_now = self._snap
+
+    def _snap(self) -> bool:
+        self.snapshots += 1
+        return True
+
+
+def test_compact_now_moves_log_starts_and_requests_a_snapshot():
+    log = Log()
+    log.create("t", {"retention.ms": "1000"})
+    for _ in range(4):
+        log.produce("t", int(time.time() * 1000) - 3600_000)  # expired by the real clock
+    node = Node(applied=log.index)
+    worker = RetentionWorker(log.fsm, node, interval_s=60)
+    worker.compact_now()
+    assert log.fsm.log_start_offset("t", 0) == 4 and worker.removed_batches == 4
+    assert worker.limit == log.index  # nothing retained: everything applied may go
+    assert node.snapshots == 1 and worker.forced_snapshots == 1
+    # Without raftlog's snapshot_now the hook still applies retention, and says it did not snapshot.
+    assert snapshot_now(Node(applied=1, has_snapshot_now=False)) is False
+
+
+def test_the_disk_guard_calls_the_hook_while_it_refuses_produce():
+    calls: list[float] = []
+
+    async def main() -> None:
+        disk = FakeDisk(40 * MiB)
+        watch = make_watch(disk)
+        watch.on_refuse = lambda: calls.append(time.monotonic())
+        watch.start()
+        deadline = time.monotonic() + 30
+        while len(calls) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        disk.free = 900 * MiB
+        while watch.level.name != "OK" and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        seen = len(calls)
+        await asyncio.sleep(0.1)  # a few more checks at OK: the hook is not called
+        assert len(calls) == seen
+        await watch.stop()
+
+    asyncio.run(main())
+    assert len(calls) >= 2

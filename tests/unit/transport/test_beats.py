@@ -1,0 +1,99 @@
+"""Coalesced heartbeats: folding per peer, the wire form both ways, and hostile rows."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from raftlog.core.messages import AppendEntries, Heartbeat, HeartbeatResponse
+from raftlog.transport import (
+    BEATS,
+    HOST_GROUP_ID,
+    Beats,
+    BeatsResponse,
+    InvalidMessageError,
+    coalesce,
+    decode_batch,
+    encode_batch,
+    expand,
+)
+from raftlog.transport import raft_pb2 as pb
+from raftlog.transport.wire import EntryEncoder, encode_batch_bytes
+
+GROUPS = {HOST_GROUP_ID}
+
+
+def _hb(g, dst, term=3, commit=7, context=0):
+    return Heartbeat(src=1, dst=dst, term=term, group_id=g, commit=commit, context=context)
+
+
+def test_coalesce_folds_every_group_per_destination():
+    msgs = [_hb(g, dst) for g in (1, 2, 3) for dst in (2, 3)]
+    msgs.append(HeartbeatResponse(src=1, dst=2, term=4, group_id=9, context=5))
+    app = AppendEntries(src=1, dst=2, term=3, group_id=1, prev_index=0, prev_term=0)
+    msgs.append(app)
+    out, other = coalesce(msgs, src=1)
+    assert other == [app]
+    beats = [m for m in out if isinstance(m, Beats)]
+    resps = [m for m in out if isinstance(m, BeatsResponse)]
+    assert sorted(m.dst for m in beats) == [2, 3] and [m.dst for m in resps] == [2]
+    assert all(m.group_id == HOST_GROUP_ID and m.term == 0 for m in out)
+    assert beats[0].rows == [(1, 3, 7, 0), (2, 3, 7, 0), (3, 3, 7, 0)]
+    assert expand(resps[0]) == [HeartbeatResponse(src=1, dst=2, term=4, group_id=9, context=5)]
+    assert expand(beats[0]) == [_hb(g, beats[0].dst) for g in (1, 2, 3)]
+
+
+def test_a_later_beat_of_a_group_replaces_the_earlier():
+    out, _ = coalesce([_hb(1, 2, term=3, commit=5), _hb(1, 2, term=3, commit=9)], src=1)
+    assert out[0].rows == [(1, 3, 9, 0)]
+
+
+@pytest.mark.parametrize("path", ["protobuf", "wire"])
+def test_round_trip_through_both_encoders(path):
+    out, _ = coalesce(
+        [_hb(g, 2, term=g, commit=2**40 + g, context=g) for g in range(1, 200)]
+        + [HeartbeatResponse(src=1, dst=2, term=5, group_id=6, context=1)],
+        src=1,
+    )
+    if path == "protobuf":
+        batch = encode_batch(out)
+    else:
+        batch = pb.MessageBatch.FromString(encode_batch_bytes(out, EntryEncoder()))
+    got = decode_batch(batch, 2, {1}, GROUPS)
+    assert got == out
+
+
+def _raw(rows_bytes: bytes, kind: int = BEATS, term: int = 0, group: int = HOST_GROUP_ID):
+    return pb.MessageBatch(
+        messages=[
+            pb.RaftMessage(type=kind, group_id=group, src=1, dst=2, term=term, data=rows_bytes)
+        ]
+    )
+
+
+def _rows(*rows):
+    return b"".join(struct.pack("<4Q", *r) for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("data", "term", "why"),
+    [
+        (b"\x01" * 31, 0, "whole rows"),
+        (b"", 0, "without rows"),
+        (_rows((1, 0, 0, 0)), 0, "no term"),
+        (_rows((HOST_GROUP_ID, 3, 0, 0)), 0, "reserved host group"),
+        (_rows((1, 3, 0, 0), (1, 3, 0, 0)), 0, "twice"),
+        (_rows((1, 2**63, 0, 0)), 0, "out of range"),
+        (_rows((1, 3, 0, 0)), 5, "with a message term"),
+    ],
+)
+def test_malformed_coalesced_messages_are_refused(data, term, why):
+    with pytest.raises(InvalidMessageError, match=why):
+        decode_batch(_raw(data, term=term), 2, {1}, GROUPS)
+
+
+def test_too_many_rows_are_refused():
+    data = _rows(*((g, 1, 0, 0) for g in range(1, 65538)))
+    with pytest.raises(InvalidMessageError, match="exceed"):
+        decode_batch(_raw(data), 2, {1}, GROUPS)
