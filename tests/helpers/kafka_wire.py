@@ -63,3 +63,31 @@ def request(port: int, api_key: int, version: int, values: dict, corr: int = 1):
         s.sendall(encode_request(api_key, version, corr, values))
         _hdr, resp = read_response(s, api_key, version)
     return resp
+
+
+def topic_ready_at(port: int, topic: str, partitions: int) -> bool:
+    """True when the node at 127.0.0.1:port answers Metadata for topic with every partition
+    led. A node learns a created topic when it applies the entry, which on a follower may be
+    after CreateTopics answered (as on Kafka, where brokers learn metadata asynchronously): a
+    client that treats UNKNOWN_TOPIC_OR_PARTITION as fatal (kcat -G) waits for this first."""
+    try:
+        md = request(
+            port,
+            3,
+            8,
+            {
+                "topics": [{"name": topic}],
+                "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
+    except OSError:
+        return False
+    return any(
+        t.name == topic
+        and t.error_code == 0
+        and len(t.partitions) == partitions
+        and all(p.error_code == 0 and p.leader_id >= 0 for p in t.partitions)
+        for t in md.topics
+    )

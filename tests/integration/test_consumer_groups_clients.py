@@ -46,6 +46,7 @@ from tests.helpers.group_members import (
     start_member,
     wait_until,
 )
+from tests.helpers.kafka_wire import topic_ready_at
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -85,6 +86,14 @@ class Run:
         admin = AdminClient({"bootstrap.servers": self.brokers})
         fut = admin.create_topics([NewTopic(self.topic, PARTITIONS, replication_factor=3)])
         fut[self.topic].result(60)
+        # kcat -G exits on UNKNOWN_TOPIC_OR_PARTITION from a node that has not applied the
+        # creation yet: every member starts once every node knows the topic.
+        ports = [int(p.kafka.rsplit(":", 1)[1]) for p in cluster.peers.values()]
+        wait_until(
+            lambda: all(topic_ready_at(port, self.topic, PARTITIONS) for port in ports),
+            60.0,
+            f"{self.topic} in every node's metadata",
+        )
         self.producer = ck.Producer(
             {"bootstrap.servers": self.brokers, "enable.idempotence": True, "linger.ms": 5}
         )

@@ -238,6 +238,15 @@ def test_kafka_python_admin(cluster):
         desc = a.describe_cluster()
         assert desc["cluster_id"] == "raftsink-test"
         assert sorted(b["broker_id"] for b in desc["brokers"]) == sorted(cluster.nodes)
+        # Each broker reports its own applied state: the followers must have applied the
+        # DeleteRecords (and so everything before it) before their sizes can agree.
+        cluster.wait_for(
+            lambda: all(
+                sn.fsm.log_start_offset(topic, 0) == 2 and sn.fsm.topic(topic).partitions == 3
+                for sn in cluster.nodes.values()
+            ),
+            what="every node to apply the partitions and the deletion",
+        )
         dirs = a.describe_log_dirs()
         sizes = _kafka_python_sizes(dirs, topic)
         assert sizes[0] > 0 and sizes[1] == 0 and sizes[2] == 0, sizes
