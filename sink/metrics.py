@@ -87,6 +87,11 @@ class NodeCollector(Collector):
             "Raft messages dropped because their group is not hosted here",
             ts.unknown_group_messages,
         )
+        yield counter(
+            "raftsink_transport_tls_failures",
+            "Raft sends refused in the TLS handshake (peer of another CA, expired certificate)",
+            ts.tls_failures,
+        )
         for name, value in (self.extra() if self.extra else {}).items():
             yield counter(f"raftsink_{name}", name.replace("_", " "), value)
         families: dict[str, GaugeMetricFamily] = {}

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from raftlog.process_cluster import free_ports
 from sink.config import Peer, format_peers
@@ -49,9 +50,13 @@ class SinkProcessCluster:
         extra_args: list[str] | None = None,
         log_level: str = "WARNING",
         node_wrapper: str | None = None,
+        read_api_credentials: Any = None,
     ) -> None:
         """node_wrapper: module each node runs as (`python -m node_wrapper serve ...`);
-        default sink.cli. It must end by calling sink.cli.main(argv)."""
+        default sink.cli. It must end by calling sink.cli.main(argv).
+        read_api_credentials: gRPC channel credentials for the nodes' read API when it
+        is TLS (sink.readapi.client.tls_credentials); None: plaintext."""
+        self.read_api_credentials = read_api_credentials
         self.node_module = node_wrapper or "sink.cli"
         self.base_dir = os.path.abspath(base_dir)
         os.makedirs(self.base_dir, exist_ok=True)
@@ -253,7 +258,7 @@ class SinkProcessCluster:
         )
 
     async def status(self, i: int, timeout: float = 2.0) -> dict | None:
-        client = ReadApiClient(self.peers[i].read_api)
+        client = ReadApiClient(self.peers[i].read_api, credentials=self.read_api_credentials)
         try:
             return await client.status(timeout=timeout)
         except Exception:

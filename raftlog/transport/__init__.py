@@ -3,7 +3,8 @@
 Both transports have the same surface: `await start(handler)`, `send(msgs)`
 (non-blocking; lost messages are fine for Raft), `add_peer`, `on_unreachable`,
 `stats`, `await close()`, and per-group delivery: `register_group(id, handler)`
-/ `unregister_group(id)` (one transport serves many Raft groups).
+/ `unregister_group(id)` (one transport serves many Raft groups). The gRPC one
+speaks mutual TLS when given a `TransportSecurity` (credentials from the embedder).
 `beats` packs every group's heartbeats to a peer into one message per tick.
 """
 
@@ -29,6 +30,7 @@ from raftlog.transport.gate import GatedTransport
 from raftlog.transport.grpc_transport import GrpcTransport, TransportOptions
 from raftlog.transport.local import LocalNetwork, LocalTransport
 from raftlog.transport.routing import GroupRouter, MessageHandler, TransportStats
+from raftlog.transport.security import TransportSecurity
 
 __all__ = [
     "BEATS",
@@ -46,6 +48,7 @@ __all__ = [
     "MessageHandler",
     "TransportError",
     "TransportOptions",
+    "TransportSecurity",
     "TransportStats",
     "UnknownGroupError",
     "coalesce",

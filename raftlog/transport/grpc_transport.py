@@ -43,6 +43,7 @@ from raftlog.transport import raft_pb2 as pb
 from raftlog.transport.codec import DecodeLimits, InvalidMessageError, decode_batch_known
 from raftlog.transport.errors import TransportError
 from raftlog.transport.routing import GroupRouter, MessageHandler, TransportStats
+from raftlog.transport.security import TransportSecurity, is_tls_failure
 from raftlog.transport.wire import EntryEncoder, encode_batch_bytes
 
 log = logging.getLogger("raftlog.transport")
@@ -99,6 +100,7 @@ class _PeerSender:
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task | None = None
         self.connected = False
+        self.tls_warned = False
 
     def enqueue(self, m: Message) -> None:
         opts = self.t.options
@@ -161,7 +163,7 @@ class _PeerSender:
         backoff = opts.backoff_initial_s
         while not self.t._closed:
             await self.wakeup.wait()
-            channel = grpc.aio.insecure_channel(self.address, options=self.t._channel_options)
+            channel = self.t._channel(self.address)
             pending: list[Message] = []
             try:
                 # Requests are already-serialized MessageBatch bytes (wire.py).
@@ -180,6 +182,7 @@ class _PeerSender:
                     pending = []
                     if not self.connected:
                         self.connected = True
+                        self.tls_warned = False
                         log.info("transport.connected peer=%d address=%s", self.peer, self.address)
                     backoff = opts.backoff_initial_s
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
@@ -199,6 +202,22 @@ class _PeerSender:
 
     def _lost(self, pending: list[Message], exc: BaseException) -> None:
         self.t.stats.dropped_messages += len(pending)
+        if (
+            self.t.security is not None
+            and isinstance(exc, grpc.aio.AioRpcError)
+            and is_tls_failure(str(exc.details()))
+        ):
+            # Refused by TLS (the peer's CA is not ours, a certificate expired): loud,
+            # but once per peer until a connection works again (it retries every second).
+            self.t.stats.tls_failures += 1
+            if not self.tls_warned:
+                self.tls_warned = True
+                log.warning(
+                    "transport.tls_refused peer=%d address=%s error=%s",
+                    self.peer,
+                    self.address,
+                    _short(exc),
+                )
         if self.connected:
             log.info("transport.disconnected peer=%d error=%s", self.peer, _short(exc))
         self.connected = False
@@ -227,12 +246,15 @@ class GrpcTransport:
         peers: dict[int, str],
         groups: Iterable[int] = (0,),
         options: TransportOptions | None = None,
+        security: TransportSecurity | None = None,
     ) -> None:
+        """security: mutual TLS credentials (raftlog.transport.security); None: plaintext."""
         if node_id in peers:
             raise ValueError("peers must not include this node")
         self.node_id = node_id
         self.listen = listen
         self.options = options or TransportOptions()
+        self.security = security
         self.stats = TransportStats()
         self.groups = set(groups)
         self.on_unreachable: Callable[[int], None] | None = None
@@ -255,6 +277,15 @@ class GrpcTransport:
             ("grpc.initial_reconnect_backoff_ms", 50),
             ("grpc.max_reconnect_backoff_ms", 1000),
         ]
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        """A new channel to a peer: plaintext, or TLS with the credentials current now
+        (a reload takes effect at the next reconnect)."""
+        if self.security is None:
+            return grpc.aio.insecure_channel(address, options=self._channel_options)
+        return grpc.aio.secure_channel(
+            address, self.security.channel_credentials(), options=self._channel_options
+        )
 
     @property
     def accepted_groups(self) -> frozenset[int]:
@@ -309,7 +340,12 @@ class GrpcTransport:
             )
         )
         try:
-            port = server.add_insecure_port(self.listen)
+            if self.security is None:
+                port = server.add_insecure_port(self.listen)
+            else:
+                port = server.add_secure_port(
+                    self.listen, self.security.server_credentials(require_client=True)
+                )
         except RuntimeError as exc:
             raise TransportError(f"cannot listen on {self.listen}: {exc}") from exc
         if port == 0:

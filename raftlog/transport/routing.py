@@ -32,6 +32,8 @@ class TransportStats:
     reconnects: int = 0
     unknown_group_messages: int = 0
     """Received messages dropped because their group is not registered here."""
+    tls_failures: int = 0
+    """Sends to a peer that failed in the TLS handshake (another CA, expired certificate)."""
 
 
 class GroupRouter:

@@ -8,14 +8,30 @@ follower relays the exact frame (same correlation id) over a short-lived
 connection and returns the leader's response as is. A relayed request carries
 no marker, so a transient disagreement about the leader could bounce it back
 once; the timeout bounds that.
+
+TLS: when the node's Kafka listeners speak TLS, so does the leader's, and the
+relay connects with the node's client context. That context travels in
+FORWARD_TLS, a context variable the listener sets in each connection's task
+(handlers call forward_frame(host, port, frame) and need not know about TLS;
+in-process test clusters keep one context per listener, not per process).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import ssl
 import struct
+from collections.abc import Callable
 
 _SIZE = struct.Struct(">i")
+
+
+FORWARD_TLS: contextvars.ContextVar[Callable[[], ssl.SSLContext] | None] = (
+    contextvars.ContextVar("raftsink_forward_tls", default=None)
+)
+"""Set per connection by the Kafka listener: () -> the current client SSLContext to
+reach the leader's listener, or None (plaintext)."""
 
 
 class ForwardError(Exception):
@@ -28,7 +44,11 @@ async def forward_frame(
     """Send frame (without size prefix) and return the response body (without size)."""
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(host, port)
+            tls = FORWARD_TLS.get()
+            if tls is None:
+                reader, writer = await asyncio.open_connection(host, port)
+            else:
+                reader, writer = await asyncio.open_connection(host, port, ssl=tls())
             try:
                 writer.write(_SIZE.pack(len(frame)) + frame)
                 await writer.drain()

@@ -5,6 +5,11 @@ rate; sink.kafka.admission) before anything is read from it; a refused one is
 closed at once (reset: no TIME_WAIT left behind), counted by reason, and logged
 once per interval with the count. Every listener of a node shares one NodeMemory
 (request and Fetch response budgets, sink.kafka.budget).
+
+With an SSLContext the listener speaks TLS only (a plaintext client's bytes fail the
+handshake and the connection is closed; nothing reaches the Kafka codec). The context
+is asked for every new connection, so a reloadable one (sink.security.KafkaContext)
+serves rotated certificates to new connections without a restart.
 """
 
 from __future__ import annotations
@@ -13,12 +18,15 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sink.kafka.admission import Admission, RefuseReason
 from sink.kafka.budget import NodeMemory
 from sink.kafka.connection import Connection
+from sink.kafka.forward import FORWARD_TLS
 from sink.kafka.handlers import SUPPORTED, Advertised, HandlerContext
 from sink.kafka.limits import KafkaLimits
 
@@ -26,6 +34,9 @@ if TYPE_CHECKING:  # only typed against: sink.kafka imports nothing of sink.serv
     from sink.service import SinkService
 
 log = logging.getLogger("sink.kafka")
+
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+"""Longest TLS handshake of a Kafka connection before it is closed."""
 
 
 class KafkaServer:
@@ -44,9 +55,15 @@ class KafkaServer:
         limits: KafkaLimits | None = None,
         advertised: dict[int, tuple[str, int]] | None = None,
         memory: NodeMemory | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        forward_tls: Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
-        """memory: the node's budgets, shared by its listeners (None: this listener's own)."""
+        """memory: the node's budgets, shared by its listeners (None: this listener's own).
+        ssl_context: TLS on this listener (None: plaintext). forward_tls: () -> the client
+        context to relay a request to the leader's listener (sink.kafka.forward)."""
         self.service = service
+        self.ssl_context = ssl_context
+        self.forward_tls = forward_tls
         self.host = host
         self.port = port
         self.limits = limits or KafkaLimits()
@@ -72,11 +89,22 @@ class KafkaServer:
         self._tasks: set[asyncio.Task] = set()
 
     async def start(self) -> None:
+        tls: dict[str, object] = {}
+        if self.ssl_context is not None:
+            # A client that opens TCP and never finishes the handshake holds its
+            # socket at most this long (asyncio's default is 60 s); admission counts
+            # a connection once its handshake is done.
+            tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
         self._server = await asyncio.start_server(
-            self._on_client, self.host, self.port, limit=self.limits.read_buffer_bytes
+            self._on_client, self.host, self.port, limit=self.limits.read_buffer_bytes, **tls
         )
         self.bound_port = self._server.sockets[0].getsockname()[1]
-        log.info("kafka.listen host=%s port=%d", self.host, self.bound_port)
+        log.info(
+            "kafka.listen host=%s port=%d tls=%s",
+            self.host,
+            self.bound_port,
+            "on" if self.ssl_context is not None else "off",
+        )
 
     @property
     def rejected_connections(self) -> int:
@@ -111,6 +139,8 @@ class KafkaServer:
         if self.admission.admit(addr, asyncio.get_running_loop().time()) is not None:
             self._refuse(writer)
             return
+        # This task's context: handlers that relay to the leader find the TLS there.
+        FORWARD_TLS.set(self.forward_tls)
         try:
             conn = Connection(self, reader, writer)
             self.connections.add(conn)

@@ -75,11 +75,19 @@ class MembersEndpoint:
         operator: MembershipOperator,
         read_api_of: Callable[[int], str | None],
         retire: Callable[[str], Awaitable[None]] | None = None,
+        client_credentials: Callable[[], Any] | None = None,
     ) -> None:
+        """client_credentials: this node's gRPC channel credentials for the read API of
+        another node (TLS, sink.security.tls); None: plaintext."""
+        self.client_credentials = client_credentials
         self.operator = operator
         self.read_api_of = read_api_of
         self.retire = retire
         self._bg: asyncio.Future | None = None  # the retirement, once started
+
+    def _client(self, address: str) -> ReadApiClient:
+        creds = self.client_credentials() if self.client_credentials else None
+        return ReadApiClient(address, credentials=creds)
 
     async def call(self, text: str, forwarded: bool) -> pb.MembersReply:
         op = self.operator
@@ -130,7 +138,7 @@ class MembersEndpoint:
         replicating to it); tell it to retire its Kafka listeners. A dead one cannot hear."""
         if addr is None:
             return
-        client = ReadApiClient(addr.read_api)
+        client = self._client(addr.read_api)
         try:
             await client.members({"op": "retire"}, forwarded=True, timeout=2.0)
         except Exception as exc:
@@ -142,7 +150,7 @@ class MembersEndpoint:
         address = self.read_api_of(leader)
         if address is None:
             return None
-        client = ReadApiClient(address)
+        client = self._client(address)
         req = json.loads(text or "{}")
         try:
             wait = float(req.get("timeout_s", DEFAULT_TIMEOUT_S)) + 30.0

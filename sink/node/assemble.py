@@ -17,6 +17,10 @@ Start order and why:
   3. Kafka listener(s), 4. read API, 5. metrics: each serves only once the
      service exists, so no request ever meets a half-built node.
 stop() runs the reverse, so no listener outlives the node it answers for.
+
+TLS (the `tls` section): the certificate files are read once before anything starts
+(a missing or mismatched file fails the start, not the first handshake); reload_tls()
+(SIGHUP in `raftsink serve`) reads them again for new connections.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from sink.metrics import KafkaCollector, NodeCollector, QuotaCollector, make_reg
 from sink.node.disk_watch import DiskWatch
 from sink.quotas import ClientQuotaManager, QuotaTable
 from sink.readapi.server import ReadApiService
+from sink.security.tls import NodeTls
 from sink.service import SinkService
 from sink.state import SinkStateMachine
 from sink.state.members import MemberAddress
@@ -80,6 +85,7 @@ class SinkNode:
         self._metrics_server: Any = None
         self.members: MembershipOperator | None = None
         self.member_watch: MemberWatch | None = None
+        self.tls: NodeTls | None = None
 
     @property
     def server(self) -> KafkaServer | None:
@@ -91,6 +97,7 @@ class SinkNode:
     async def start(self) -> None:
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
+        self.tls = NodeTls(cfg.tls) if cfg.tls.enabled else None
         self.disk = self._disk_watch()
         # Inbound Raft traffic passes the disk gates (see DiskWatch).
         self.transport = GatedTransport(
@@ -176,14 +183,22 @@ class SinkNode:
         cfg = self.config
         others = {i: p.raft for i, p in cfg.peers.items() if i != cfg.node_id}
         options: TransportOptions = cfg.transport
-        return GrpcTransport(cfg.node_id, cfg.listen("raft"), others, options=options)
+        security = self.tls.grpc if (self.tls is not None and cfg.tls.raft) else None
+        return GrpcTransport(
+            cfg.node_id, cfg.listen("raft"), others, options=options, security=security
+        )
 
     async def _start_kafka(self) -> None:
         cfg = self.config
         host, port = parse_hostport("kafka.listen", cfg.listen("kafka"))
         # One memory budget for the node: every listener draws on it.
         memory = NodeMemory.of(cfg.kafka.limits)
-        self.kafka = KafkaServer(self.service, host, port, cfg.kafka.limits, memory=memory)
+        ssl_context = self.tls.kafka if self.tls is not None else None
+        tls = {
+            "ssl_context": ssl_context,
+            "forward_tls": (lambda: ssl_context.forward) if ssl_context is not None else None,
+        }
+        self.kafka = KafkaServer(self.service, host, port, cfg.kafka.limits, memory=memory, **tls)
         await self.kafka.start()
         if cfg.kafka.external_listen:
             ehost, eport = parse_hostport("kafka.external_listen", cfg.kafka.external_listen)
@@ -192,7 +207,13 @@ class SinkNode:
                 for i, a in cfg.kafka.external_addresses.items()
             }
             self.kafka_external = KafkaServer(
-                self.service, ehost, eport, cfg.kafka.limits, advertised=advertised, memory=memory
+                self.service,
+                ehost,
+                eport,
+                cfg.kafka.limits,
+                advertised=advertised,
+                memory=memory,
+                **tls,
             )
             await self.kafka_external.start()
 
@@ -204,17 +225,40 @@ class SinkNode:
             self._wait_for_data,
             leader_read_api=self._read_api_of,
             extra_status=self._extra_status,
-            members=MembersEndpoint(self.members, self._read_api_of, self.member_watch.retire),
+            members=MembersEndpoint(
+                self.members,
+                self._read_api_of,
+                self.member_watch.retire,
+                client_credentials=self.read_api_client_credentials,
+            ),
+            client_credentials=self.read_api_client_credentials,
         )
         server = grpc.aio.server(
             options=[("grpc.max_send_message_length", READ_API_MAX_MESSAGE_BYTES)]
         )
         server.add_generic_rpc_handlers((read_api.handler(),))
-        self.read_api_port = server.add_insecure_port(cfg.listen("read_api"))
+        if self.tls is not None and self.tls.grpc is not None and cfg.tls.read_api:
+            creds = self.tls.grpc.read_api_server_credentials()
+            self.read_api_port = server.add_secure_port(cfg.listen("read_api"), creds)
+        else:
+            self.read_api_port = server.add_insecure_port(cfg.listen("read_api"))
         if self.read_api_port == 0:
             raise OSError(f"cannot listen on {cfg.listen('read_api')} (read API)")
         await server.start()
         self._read_server = server
+
+    def read_api_client_credentials(self) -> grpc.ChannelCredentials | None:
+        """This node as a client of another node's read API: TLS with its own
+        certificate when the read API is TLS (current files), else None (plaintext)."""
+        if self.tls is None or self.tls.grpc is None or not self.config.tls.read_api:
+            return None
+        return self.tls.grpc.channel_credentials()
+
+    def reload_tls(self) -> bool:
+        """Read the TLS files again (SIGHUP): new connections and handshakes use them,
+        open ones keep theirs; a failed reload keeps the old files (logged). False
+        when TLS is off or the reload failed."""
+        return self.tls.reload() if self.tls is not None else False
 
     def _read_api_of(self, node_id: int) -> str | None:
         """A member's read API address: the log's, else the `peers` setting's."""
@@ -261,6 +305,8 @@ class SinkNode:
             **(self.retention.counters() if self.retention is not None else {}),
             "disk_refused_appends": self.transport.refused_appends,
             "disk_refused_transfers": self.transport.refused_transfers,
+            "tls_reloads": self.tls.reloads if self.tls is not None else 0,
+            "tls_failed_reloads": self.tls.failed_reloads if self.tls is not None else 0,
         }
 
     def kafka_stats(self) -> dict[str, float]:

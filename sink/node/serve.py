@@ -1,5 +1,6 @@
 """`raftsink serve`: run one SinkNode until SIGTERM/SIGINT or a fatal storage error.
 
+SIGHUP reloads the TLS certificate, key and CA files (sink.security.tls).
 SIGTERM/SIGINT stop gracefully: a leader first hands leadership to its most caught-up
 voter (node.shutdown_handoff_ms), then listeners, read API and Raft stop in turn.
 
@@ -79,6 +80,8 @@ async def serve(config: SinkConfig, ready_line: bool = True) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # SIGHUP: rotated TLS certificates (new connections use them; no restart).
+    loop.add_signal_handler(signal.SIGHUP, node.reload_tls)
     fatal = asyncio.ensure_future(_watch_fatal(node))
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait([stopped, fatal], return_when=asyncio.FIRST_COMPLETED)

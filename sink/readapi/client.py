@@ -17,19 +17,46 @@ from sink.readapi import read_api_pb2 as pb
 from sink.readapi.wire import MAX_FETCH_BYTES, SERVICE, FetchReplyView, decode_fetch_reply
 
 
+def tls_credentials(
+    ca_file: str = "", cert_file: str = "", key_file: str = ""
+) -> grpc.ChannelCredentials:
+    """Channel credentials from PEM files: trust ca_file (empty: the system roots) and,
+    for mutual TLS, present cert_file + key_file (both or neither)."""
+    if bool(cert_file) != bool(key_file):
+        raise ValueError("a client certificate needs both its certificate and key file")
+
+    def read(path: str) -> bytes | None:
+        if not path:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    return grpc.ssl_channel_credentials(
+        root_certificates=read(ca_file), private_key=read(key_file), certificate_chain=read(cert_file)
+    )
+
+
 class ReadApiClient:
     """A small async client of the read API (used by `raftsink status` and connectors)."""
 
-    def __init__(self, address: str, channel_options: Sequence[tuple[str, Any]] = ()) -> None:
-        """channel_options: extra gRPC channel arguments (e.g. reconnect back-off)."""
+    def __init__(
+        self,
+        address: str,
+        channel_options: Sequence[tuple[str, Any]] = (),
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        """channel_options: extra gRPC channel arguments (e.g. reconnect back-off).
+        credentials: TLS (grpc.ssl_channel_credentials, see `tls_credentials`); None:
+        plaintext."""
         self.address = address
-        self._channel = grpc.aio.insecure_channel(
-            address,
-            options=[
-                ("grpc.max_receive_message_length", MAX_FETCH_BYTES + (1 << 20)),
-                *channel_options,
-            ],
-        )
+        options = [
+            ("grpc.max_receive_message_length", MAX_FETCH_BYTES + (1 << 20)),
+            *channel_options,
+        ]
+        if credentials is None:
+            self._channel = grpc.aio.insecure_channel(address, options=options)
+        else:
+            self._channel = grpc.aio.secure_channel(address, credentials, options=options)
         self._fetch = self._channel.unary_unary(
             f"/{SERVICE}/Fetch",
             request_serializer=pb.FetchRequest.SerializeToString,

@@ -49,8 +49,12 @@ class ReadApiService:
         leader_read_api: Callable[[int], str | None] | None = None,
         extra_status: Callable[[], dict[str, Any]] | None = None,
         members: Any = None,
+        client_credentials: Callable[[], grpc.ChannelCredentials | None] | None = None,
     ) -> None:
-        """extra_status: more keys for Status (the node's other parts, e.g. "kafka")."""
+        """extra_status: more keys for Status (the node's other parts, e.g. "kafka").
+        client_credentials: this node's TLS credentials as a read-API client (a Commit
+        forwarded to the leader; the current ones, so a reload counts); None: plaintext."""
+        self.client_credentials = client_credentials
         self.node = node
         self.fsm = fsm
         self.wait_for_data = wait_for_data
@@ -147,7 +151,8 @@ class ReadApiService:
         forwarded = dict(ctx.invocation_metadata() or ()).get("raftsink-forwarded")
         if address is None or forwarded:
             return pb.CommitReply(error_code=ERR_NOT_LEADER, error="no leader reachable")
-        client = ReadApiClient(address)
+        creds = self.client_credentials() if self.client_credentials else None
+        client = ReadApiClient(address, credentials=creds)
         try:
             return await client.commit_request(req, forwarded=True)
         except grpc.aio.AioRpcError as exc:
