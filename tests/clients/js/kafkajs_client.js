@@ -26,7 +26,11 @@
 //     GROUP_JOIN), recs (one batch, before its commit), commit (after commitOffsets returned),
 //     commit_failed, error, closed. KafkaJS has no cooperative protocol and no static membership.
 // Keys and values are printed as UTF-8 strings (the test only uses text).
+// TLS (tests/integration/test_tls_clients.py): KAFKAJS_SSL_CA (a PEM file) turns it on;
+// KAFKAJS_SSL_CERT and KAFKAJS_SSL_KEY add a client certificate.
 'use strict'
+
+const fs = require('fs')
 
 const { Kafka, logLevel, CompressionTypes } = require('kafkajs')
 
@@ -42,6 +46,17 @@ const kafka = new Kafka({
   requestTimeout: 10000,
   retry: { retries: 3, initialRetryTime: 200, maxRetryTime: 2000 },
   logLevel: logLevel.WARN,
+  ssl: process.env.KAFKAJS_SSL_CA
+    ? {
+        ca: [fs.readFileSync(process.env.KAFKAJS_SSL_CA, 'utf-8')],
+        ...(process.env.KAFKAJS_SSL_CERT
+          ? {
+              cert: fs.readFileSync(process.env.KAFKAJS_SSL_CERT, 'utf-8'),
+              key: fs.readFileSync(process.env.KAFKAJS_SSL_KEY, 'utf-8'),
+            }
+          : {}),
+      }
+    : undefined,
   logCreator: () => ({ level, log }) => {
     logs.push(`${log.message}${log.error ? ': ' + log.error : ''}`)
   },
