@@ -165,6 +165,7 @@ class _PeerSender:
             await self.wakeup.wait()
             channel = self.t._channel(self.address)
             pending: list[Message] = []
+            call = None
             try:
                 # Requests are already-serialized MessageBatch bytes (wire.py).
                 call = channel.stream_unary(
@@ -186,7 +187,7 @@ class _PeerSender:
                         log.info("transport.connected peer=%d address=%s", self.peer, self.address)
                     backoff = opts.backoff_initial_s
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
-                self._lost(pending, exc)
+                self._lost(pending, exc, await _final_details(call, exc))
             except asyncio.CancelledError:
                 raise
             finally:
@@ -200,13 +201,9 @@ class _PeerSender:
             backoff = min(backoff * 2, opts.backoff_max_s)
             self.t.stats.dropped_messages += self.clear()
 
-    def _lost(self, pending: list[Message], exc: BaseException) -> None:
+    def _lost(self, pending: list[Message], exc: BaseException, details: str) -> None:
         self.t.stats.dropped_messages += len(pending)
-        if (
-            self.t.security is not None
-            and isinstance(exc, grpc.aio.AioRpcError)
-            and is_tls_failure(str(exc.details()))
-        ):
+        if self.t.security is not None and is_tls_failure(details):
             # Refused by TLS (the peer's CA is not ours, a certificate expired): loud,
             # but once per peer until a connection works again (it retries every second).
             self.t.stats.tls_failures += 1
@@ -216,12 +213,25 @@ class _PeerSender:
                     "transport.tls_refused peer=%d address=%s error=%s",
                     self.peer,
                     self.address,
-                    _short(exc),
+                    details,
                 )
         if self.connected:
             log.info("transport.disconnected peer=%d error=%s", self.peer, _short(exc))
         self.connected = False
         self.t._report_unreachable(self.peer)
+
+
+async def _final_details(call: grpc.aio.StreamUnaryCall | None, exc: BaseException) -> str:
+    """Why a send stream ended: the RPC's status (a write to a finished call raises
+    InvalidStateError, which says nothing; the call's own status says e.g. that the
+    TLS handshake failed)."""
+    if isinstance(exc, grpc.aio.AioRpcError) or call is None:
+        return _short(exc)
+    try:
+        code = await asyncio.wait_for(call.code(), 1.0)
+        return f"{code.name}: {await asyncio.wait_for(call.details(), 1.0)}"
+    except Exception:  # the status is best-effort diagnostics only
+        return _short(exc)
 
 
 def _short(exc: BaseException) -> str:

@@ -27,6 +27,11 @@ class TransportSecurity(Protocol):
 
 def is_tls_failure(details: str) -> bool:
     """An RPC error's details that name a failed TLS handshake (another CA, an expired
-    certificate, a plaintext peer): worth a warning, unlike an ordinary down peer."""
+    certificate, a plaintext peer): worth a warning, unlike an ordinary down peer
+    ("Connection refused"). With TLS 1.3 a server that refuses OUR certificate closes
+    the socket after the client's side of the handshake finished: the client sees
+    only "Socket closed" while connecting (the server logs the verification error)."""
     text = details.lower()
-    return any(s in text for s in ("handshake", "ssl", "certificate", "tls"))
+    if any(s in text for s in ("handshake", "ssl", "certificate", "tls")):
+        return True
+    return "failed to connect" in text and "socket closed" in text
