@@ -10,6 +10,14 @@ p50/p99 delivery latency (produce() to delivery callback). JetStream: nats-py pu
 fsync per message (acks once a quorum has it in the page cache).
 
     python bench/produce.py [--quick]
+    python bench/produce.py --tls [--quick]
+
+--tls: the same raftsink workload (kcat 1 KiB throughput, confluent-kafka at 1,000
+records/s) against a plaintext cluster and then a TLS cluster (Kafka listener with
+client certificates, mutual TLS between nodes, read API over TLS; throw-away
+certificates from scripts/make-certs.sh) in the same run; no JetStream. JSON:
+tls_throughput_ratio_1k (TLS / plaintext records/s) and tls_p99_ratio (TLS /
+plaintext p99).
 
 Needs the Debian packages kcat and nats-server (installed here if missing, as
 root) and the pip package nats-py (dev extras). Last line: one JSON object.
@@ -62,8 +70,16 @@ def ensure_debian_packages(*names: str) -> None:
 # ------------------------------------------------------------------ raftsink
 
 
-def kcat_throughput(bootstrap: str, topic: str, size: int, count: int, workdir: str) -> dict:
-    """kcat -P of `count` lines of `size` bytes, idempotent, acks=all; wall time to the last ack."""
+def kcat_throughput(
+    bootstrap: str,
+    topic: str,
+    size: int,
+    count: int,
+    workdir: str,
+    conf: dict[str, str] | None = None,
+) -> dict:
+    """kcat -P of `count` lines of `size` bytes, idempotent, acks=all; wall time to the last ack.
+    conf: more librdkafka properties (e.g. security.protocol=ssl)."""
     path = os.path.join(workdir, f"lines-{size}-{count}.txt")
     line = (b"x" * (size - 8)) if size > 8 else b""
     with open(path, "wb") as f:
@@ -77,6 +93,8 @@ def kcat_throughput(bootstrap: str, topic: str, size: int, count: int, workdir: 
         "-X", "queue.buffering.max.messages=2000000", "-X", "queue.buffering.max.kbytes=2097151",
         "-X", "partitioner=random",
     ]  # fmt: skip
+    for k, v in (conf or {}).items():
+        args += ["-X", f"{k}={v}"]
     t0 = time.perf_counter()
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
     elapsed = time.perf_counter() - t0
@@ -92,7 +110,14 @@ def kcat_throughput(bootstrap: str, topic: str, size: int, count: int, workdir: 
     }
 
 
-def kafka_latency(bootstrap: str, topic: str, size: int, rate: float, seconds: float) -> dict:
+def kafka_latency(
+    bootstrap: str,
+    topic: str,
+    size: int,
+    rate: float,
+    seconds: float,
+    conf: dict[str, str] | None = None,
+) -> dict:
     from confluent_kafka import Producer
 
     p = Producer(
@@ -101,6 +126,7 @@ def kafka_latency(bootstrap: str, topic: str, size: int, rate: float, seconds: f
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 0,
+            **(conf or {}),
         }
     )
     lat: list[float] = []
@@ -147,8 +173,8 @@ def kafka_latency(bootstrap: str, topic: str, size: int, rate: float, seconds: f
     }
 
 
-async def total_records(read_api: str, topic: str) -> int:
-    c = ReadApiClient(read_api)
+async def total_records(read_api: str, topic: str, credentials: object = None) -> int:
+    c = ReadApiClient(read_api, credentials=credentials)  # type: ignore[arg-type]
     try:
         reply = await c.partitions([topic], linearizable=True)
         return sum(p.high_watermark - p.log_start_offset for p in reply.partitions)
@@ -249,10 +275,116 @@ async def nats_latency(
 # ---------------------------------------------------------------------- main
 
 
+# ------------------------------------------------------------------ TLS vs plaintext
+
+
+def _tls_phase(
+    label: str, base: str, count: int, lat_seconds: float, tls: dict | None
+) -> dict:
+    """One cluster (plaintext, or TLS everywhere when tls is given): 1 KiB throughput
+    with kcat, then p50/p99 at 1,000 records/s with confluent-kafka."""
+    from sink.readapi.client import tls_credentials
+
+    extra, conf, creds = [], {}, None
+    if tls is not None:
+        d = tls["dir"]
+        extra = [
+            "--tls-ca-file", f"{d}/ca.pem", "--tls-kafka", "--tls-kafka-client-auth", "required",
+            "--tls-read-api", "--tls-raft",
+        ]  # fmt: skip
+        conf = {
+            "security.protocol": "ssl",
+            "ssl.ca.location": f"{d}/ca.pem",
+            "ssl.certificate.location": f"{d}/client.pem",
+            "ssl.key.location": f"{d}/client.key",
+        }
+        creds = tls_credentials(f"{d}/ca.pem", f"{d}/client.pem", f"{d}/client.key")
+    cluster = SinkProcessCluster(
+        os.path.join(base, label),
+        default_partitions=PARTITIONS,
+        extra_args=extra,
+        read_api_credentials=creds,
+    )
+    if tls is not None:
+        for i, n in cluster.nodes.items():
+            n.extra_args += ["--tls-cert-file", f"{tls['dir']}/node{i}.pem"]
+            n.extra_args += ["--tls-key-file", f"{tls['dir']}/node{i}.key"]
+    cluster.start()
+    try:
+        asyncio.run(cluster.wait_ready(120))
+        pids = [n.proc.pid for n in cluster.nodes.values() if n.proc is not None]
+        with CpuMeter(pids) as cpu:
+            r = kcat_throughput(cluster.bootstrap_servers, "bench-1k", 1024, count, base, conf)
+        stored = asyncio.run(total_records(cluster.peers[1].read_api, "bench-1k", creds))
+        if stored != r["records"]:
+            raise RuntimeError(f"{r['records']} records delivered but {stored} stored")
+        asyncio.run(cluster.wait_settled())
+        lat = kafka_latency(cluster.bootstrap_servers, "bench-lat", 100, 1000, lat_seconds, conf)
+        if lat["errors"]:
+            raise RuntimeError(f"{lat['errors']} delivery errors in the latency phase")
+    finally:
+        cluster.stop()
+    out = {
+        "records_per_s": r["records_per_s"],
+        "mb_s": r["mb_s"],
+        "cpu_us_per_record": cpu.cpu_s / r["records"] * 1e6,
+        "p50_ms": lat["p50_ms"],
+        "p99_ms": lat["p99_ms"],
+    }
+    print(
+        f"  {label:>9}: 1 KiB {out['records_per_s']:>8.0f} records/s {out['mb_s']:>6.1f} MB/s "
+        f"({r['records']} records, {out['cpu_us_per_record']:.1f} us CPU/record); "
+        f"at 1,000/s p50 {out['p50_ms']:.2f} ms p99 {out['p99_ms']:.2f} ms"
+    )
+    return out
+
+
+def main_tls(quick: bool) -> int:
+    ensure_debian_packages("kcat")
+    count = 100_000 if quick else 300_000
+    lat_seconds = 5.0 if quick else 20.0
+    base = tempfile.mkdtemp(prefix="rs-bench-tls-")
+    print(f"machine: {machine()}")
+    print(f"mode: {'quick' if quick else 'full'}, --tls; 3 processes, fsync on, {PARTITIONS} partitions")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+    certs = os.path.join(base, "certs")
+    subprocess.run(
+        ["bash", os.path.join(script, "make-certs.sh"), certs], check=True, capture_output=True
+    )
+    try:
+        plain = _tls_phase("plaintext", base, count, lat_seconds, None)
+        tls = _tls_phase("tls", base, count, lat_seconds, {"dir": certs})
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    fig = {
+        "mode": ("quick" if quick else "full") + "-tls",
+        "records_per_s_1k": round(plain["records_per_s"]),
+        "tls_records_per_s_1k": round(tls["records_per_s"]),
+        "p99_ms": round(plain["p99_ms"], 2),
+        "tls_p99_ms": round(tls["p99_ms"], 2),
+        "tls_throughput_ratio_1k": round(tls["records_per_s"] / plain["records_per_s"], 3),
+        "tls_p99_ratio": round(tls["p99_ms"] / plain["p99_ms"], 3),
+        "tls_cpu_ratio_1k": round(tls["cpu_us_per_record"] / plain["cpu_us_per_record"], 3),
+    }
+    print_targets(
+        {
+            "TLS throughput ratio >= 0.7 (1 KiB)": fig["tls_throughput_ratio_1k"] >= 0.7,
+            "TLS p99 ratio <= 1.5": fig["tls_p99_ratio"] <= 1.5,
+        }
+    )
+    print(json.dumps(fig))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="short run (< 60 s)")
+    ap.add_argument(
+        "--tls", action="store_true", help="plaintext against TLS everywhere, same workload"
+    )
     args = ap.parse_args()
+    if args.tls:
+        return main_tls(args.quick)
     ensure_debian_packages("kcat", "nats-server")
     counts = {100: 300_000, 1024: 100_000} if args.quick else {100: 3_000_000, 1024: 1_000_000}
     lat_seconds = 5.0 if args.quick else 20.0
