@@ -2,6 +2,7 @@
 
 raftsink serve   run one node (config from --config FILE, RAFTSINK_* variables, flags)
 raftsink local   a 3-node cluster on 127.0.0.1 as subprocesses; prints the bootstrap servers
+                 (--secure: TLS everywhere with throw-away certificates, docs/security.md)
 raftsink status  role, term, commit/applied index, lag and partitions of every node
 raftsink verify  read-only integrity check of a stopped node's storage
 raftsink quotas  list / set / delete client quotas (sink/cli_quotas.py)
@@ -47,12 +48,59 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+MAKE_CERTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "make-certs.sh")
+"""The throw-away CA script of the source tree (`raftsink local --secure` runs it)."""
+
+
+def _local_certs(base: str, n: int) -> str | None:
+    """scripts/make-certs.sh into base/certs: CA, node1..n and client pairs; None if the
+    script or openssl is missing (the message says what to do)."""
+    import subprocess
+
+    if not os.path.exists(MAKE_CERTS) or shutil.which("openssl") is None:
+        print(
+            f"raftsink local --secure: needs openssl and {MAKE_CERTS} (the source tree's "
+            "scripts/); see docs/security.md to make certificates by hand",
+            file=sys.stderr,
+        )
+        return None
+    certs = os.path.join(base, "certs")
+    names = [f"node{i}" for i in range(1, n + 1)] + ["client"]
+    r = subprocess.run(["bash", MAKE_CERTS, certs, *names], capture_output=True, text=True)
+    if r.returncode:
+        print(f"raftsink local --secure: make-certs.sh failed: {r.stderr}", file=sys.stderr)
+        return None
+    return certs
+
+
 def _cmd_local(args: argparse.Namespace) -> int:
     from sink.process_cluster import SinkProcessCluster
 
     own = args.data_dir is None
     base = args.data_dir or tempfile.mkdtemp(prefix="raftsink-local-")
-    cluster = SinkProcessCluster(base, n=args.nodes, default_partitions=args.partitions)
+    certs = _local_certs(base, args.nodes) if args.secure else None
+    if args.secure and certs is None:
+        return 1
+    credentials = None
+    extra: list[str] = []
+    if certs is not None:
+        from sink.readapi.client import tls_credentials
+
+        ca, cert, key = (os.path.join(certs, f) for f in ("ca.pem", "client.pem", "client.key"))
+        credentials = tls_credentials(ca, cert, key)
+        extra = ["--tls-ca-file", ca, "--tls-kafka", "--tls-kafka-client-auth", "required"]
+        extra += ["--tls-read-api", "--tls-raft"]
+    cluster = SinkProcessCluster(
+        base,
+        n=args.nodes,
+        default_partitions=args.partitions,
+        extra_args=extra,
+        read_api_credentials=credentials,
+    )
+    if certs is not None:
+        for i, node in cluster.nodes.items():
+            node.extra_args += ["--tls-cert-file", os.path.join(certs, f"node{i}.pem")]
+            node.extra_args += ["--tls-key-file", os.path.join(certs, f"node{i}.key")]
     stop = {"flag": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -68,6 +116,15 @@ def _cmd_local(args: argparse.Namespace) -> int:
         cluster.stop()
         return 1
     path = cluster.write_cluster_file()
+    if certs is not None:
+        _add_tls_to_cluster_file(path, certs)
+        print(
+            "raftsink local: TLS everywhere; clients: security.protocol=ssl "
+            f"ssl.ca.location={certs}/ca.pem ssl.certificate.location={certs}/client.pem "
+            f"ssl.key.location={certs}/client.key",
+            file=sys.stderr,
+            flush=True,
+        )
     print(cluster.bootstrap_servers, flush=True)
     print(
         f"raftsink local: {args.nodes} nodes up (leader: node {leader}); data in {base}; "
@@ -93,12 +150,31 @@ def _cmd_local(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_tls_to_cluster_file(path: str, certs: str) -> None:
+    """cluster.json gains the client's TLS files (`raftsink status --cluster` uses them)."""
+    with open(path) as f:
+        data = json.load(f)
+    data["tls"] = {
+        "ca": os.path.join(certs, "ca.pem"),
+        "cert": os.path.join(certs, "client.pem"),
+        "key": os.path.join(certs, "client.key"),
+    }
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2)
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from sink.readapi import ReadApiClient
+    from sink.readapi.client import tls_credentials
 
+    credentials = None
     if args.cluster:
         with open(args.cluster) as f:
-            nodes = {int(i): n["read_api"] for i, n in json.load(f)["nodes"].items()}
+            data = json.load(f)
+        nodes = {int(i): n["read_api"] for i, n in data["nodes"].items()}
+        if "tls" in data:
+            tls = data["tls"]
+            credentials = tls_credentials(tls["ca"], tls["cert"], tls["key"])
     elif args.nodes:
         nodes = dict(enumerate(args.nodes.split(","), start=1))
     else:
@@ -108,7 +184,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     async def gather() -> dict:
         out = {}
         for i, addr in nodes.items():
-            client = ReadApiClient(addr)
+            client = ReadApiClient(addr, credentials=credentials)
             try:
                 out[i] = await client.status(timeout=3.0)
             except Exception as exc:
@@ -333,6 +409,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
     p.add_argument("--partitions", type=int, default=1, help="partitions of auto-created topics")
     p.add_argument("--keep", action="store_true", help="keep the temporary data dir")
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS on the Kafka listeners (client certificates), the read API and between "
+        "nodes, with a throw-away CA in DATA_DIR/certs (scripts/make-certs.sh)",
+    )
     p.set_defaults(func=_cmd_local)
 
     p = sub.add_parser("status", help="show every node's Raft and partition state")

@@ -21,7 +21,9 @@ from typing import Any, TypeVar
 
 from connectors.spark.errors import ClusterUnreachableError
 from connectors.spark.offsets import TopicPartition
+from connectors.spark.options import SslOptions
 from sink.readapi import ReadApiClient
+from sink.readapi.client import tls_credentials
 
 log = logging.getLogger("connectors.spark")
 T = TypeVar("T")
@@ -36,7 +38,7 @@ class _LoopThread:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self.clients: dict[str, ReadApiClient] = {}
+        self.clients: dict[tuple[str, SslOptions | None], ReadApiClient] = {}
         ready = threading.Event()
 
         def run() -> None:
@@ -63,15 +65,20 @@ class _LoopThread:
             fut.cancel()
             raise
 
-    def client(self, address: str) -> ReadApiClient:
-        c = self.clients.get(address)
+    def client(self, address: str, ssl: SslOptions | None = None) -> ReadApiClient:
+        """The process's client of address (plaintext, or TLS with `ssl`'s files)."""
+        key = (address, ssl)
+        c = self.clients.get(key)
         if c is None:
+            creds = (
+                tls_credentials(ssl.cafile, ssl.certfile, ssl.keyfile) if ssl is not None else None
+            )
 
             async def make() -> ReadApiClient:
-                return ReadApiClient(address)
+                return ReadApiClient(address, credentials=creds)
 
             c = self.run(make(), 5.0)
-            self.clients[address] = c
+            self.clients[key] = c
         return c
 
 
@@ -100,8 +107,14 @@ class ReadCluster:
     """
 
     def __init__(
-        self, nodes: Sequence[str], request_timeout_s: float = 10.0, retry_timeout_s: float = 60.0
+        self,
+        nodes: Sequence[str],
+        request_timeout_s: float = 10.0,
+        retry_timeout_s: float = 60.0,
+        ssl: SslOptions | None = None,
     ) -> None:
+        """ssl: TLS to the read API (the source's raftsink.ssl.* options); None: plaintext."""
+        self.ssl = ssl
         self.nodes = list(nodes)
         self.request_timeout_s = request_timeout_s
         self.retry_timeout_s = retry_timeout_s
@@ -113,7 +126,7 @@ class ReadCluster:
 
     def call(self, address: str, fn: Callable[[ReadApiClient], Coroutine[Any, Any, T]]) -> T:
         loop = _LoopThread.get()
-        return loop.run(fn(loop.client(address)), self.request_timeout_s)
+        return loop.run(fn(loop.client(address, self.ssl)), self.request_timeout_s)
 
     def first_answer(
         self,
@@ -192,7 +205,7 @@ class ReadCluster:
         """Start a Fetch now and return its future (a reader prefetches the next range
         while it decodes the current one)."""
         loop = _LoopThread.get()
-        client = loop.client(address)
+        client = loop.client(address, self.ssl)
         return asyncio.run_coroutine_threadsafe(
             client.fetch(
                 topic, partition, offset, max_bytes=max_bytes, timeout=self.request_timeout_s

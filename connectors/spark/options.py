@@ -22,6 +22,21 @@ from connectors.spark.offsets import (
 from connectors.spark.timestamps import TimeSpec, parse_strategy, parse_time_spec
 
 NODES = "raftsink.nodes"
+SSL_PREFIX = "raftsink.ssl."
+
+
+@dataclass(frozen=True)
+class SslOptions:
+    """TLS to the read API (`raftsink.ssl.*`). The files are read where the source runs
+    (driver and every executor), like Spark's Kafka source's trust/key stores: the paths
+    must exist on every host (ship them with --files or a shared volume)."""
+
+    cafile: str = ""
+    """PEM CA the nodes' certificates chain to (empty: the system's roots)."""
+    certfile: str = ""
+    """PEM client certificate (mutual TLS: the cluster's tls.read_api_client_auth)."""
+    keyfile: str = ""
+    """Its PEM private key."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,7 @@ class SourceOptions:
     starting_times: TimeSpec | None = None  # startingTimestamp / startingOffsetsByTimestamp
     ending_times: TimeSpec | None = None  # endingTimestamp / endingOffsetsByTimestamp (batch)
     timestamp_strategy: str = "error"  # startingOffsetsByTimestampStrategy
+    ssl: SslOptions | None = None  # raftsink.ssl.*: TLS to the read API (None: plaintext)
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -123,6 +139,30 @@ def _nodes(opts: Mapping[str, str]) -> tuple[str, ...]:
     if not nodes:
         raise InvalidOptionError(f"option {NODES} lists no address")
     return nodes
+
+
+def _ssl(opts: Mapping[str, str]) -> SslOptions | None:
+    """raftsink.ssl.enabled (default: on when any raftsink.ssl.* file is given),
+    raftsink.ssl.cafile, raftsink.ssl.certfile, raftsink.ssl.keyfile."""
+    known = {"enabled", "cafile", "certfile", "keyfile"}
+    given = {k[len(SSL_PREFIX) :]: v.strip() for k, v in opts.items() if k.startswith(SSL_PREFIX)}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise InvalidOptionError(
+            f"unknown option(s) {', '.join(SSL_PREFIX + u for u in unknown)}; "
+            f"known: {', '.join(SSL_PREFIX + k for k in sorted(known))}"
+        )
+    files = {k: v for k, v in given.items() if k != "enabled" and v}
+    enabled = _bool(opts, SSL_PREFIX + "enabled", bool(files))
+    if not enabled:
+        if files:
+            raise InvalidOptionError(f"{SSL_PREFIX}enabled is false but {SSL_PREFIX}* files are set")
+        return None
+    if bool(files.get("certfile")) != bool(files.get("keyfile")):
+        raise InvalidOptionError(
+            f"{SSL_PREFIX}certfile and {SSL_PREFIX}keyfile go together (mutual TLS)"
+        )
+    return SslOptions(**files)
 
 
 def _subscription(opts: Mapping[str, str]) -> Subscription:
@@ -198,5 +238,6 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or 4 * 1024 * 1024,
         request_timeout_s=(_positive_int(opts, "requestTimeoutMs") or 10_000) / 1000,
         retry_timeout_s=(_positive_int(opts, "retryTimeoutMs") or 60_000) / 1000,
+        ssl=_ssl(opts),
         extra=opts,
     )

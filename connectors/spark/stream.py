@@ -32,7 +32,7 @@ log = logging.getLogger("connectors.spark")
 
 
 def make_cluster(opts: SourceOptions) -> ReadCluster:
-    return ReadCluster(opts.nodes, opts.request_timeout_s, opts.retry_timeout_s)
+    return ReadCluster(opts.nodes, opts.request_timeout_s, opts.retry_timeout_s, opts.ssl)
 
 
 class RaftsinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -494,3 +494,38 @@ def test_sighup_reloads_rotated_certificates(cluster, certs, tmp_path):
     _good_client_still_served(cluster, certs)
     asyncio.run(cluster.wait_ready(60))
     assert "tls.reloaded" in cluster.log_tail(1, 20000)
+
+
+def test_spark_source_reads_over_tls(cluster, certs):
+    """The Spark source's read path (options -> ReadCluster -> read API over mutual TLS):
+    partitions and a fetch of what a TLS producer wrote, through raftsink.ssl.*."""
+    from connectors.spark.cluster import ReadCluster
+    from connectors.spark.options import parse_options
+
+    topic = "tls-spark"
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, **ssl_conf(certs)})
+    for i in range(7):
+        p.produce(topic, value=b"s%d" % i)
+    assert p.flush(60) == 0
+    opts = parse_options(
+        {
+            "raftsink.nodes": ",".join(peer.read_api for peer in cluster.peers.values()),
+            "subscribe": topic,
+            "raftsink.ssl.cafile": certs.ca,
+            "raftsink.ssl.certfile": certs.cert("client"),
+            "raftsink.ssl.keyfile": certs.key("client"),
+        },
+        streaming=False,
+    )
+    assert opts.ssl is not None
+    rc = ReadCluster(opts.nodes, opts.request_timeout_s, 30.0, opts.ssl)
+    parts = rc.partitions([topic], linearizable=True)
+    assert parts[(topic, 0)].high_watermark == 7
+    reply = rc.fetch(cluster.peers[1].read_api, topic, 0, 0, 1 << 20)
+    assert reply.error_code == 0 and len(reply.batches) >= 1
+    # Without the raftsink.ssl.* options the same nodes refuse the source, clearly.
+    plain = ReadCluster(opts.nodes, opts.request_timeout_s, 2.0)
+    from connectors.spark.errors import ClusterUnreachableError
+
+    with pytest.raises(ClusterUnreachableError, match="unreachable"):
+        plain.partitions([topic])
