@@ -278,9 +278,7 @@ async def nats_latency(
 # ------------------------------------------------------------------ TLS vs plaintext
 
 
-def _tls_phase(
-    label: str, base: str, count: int, lat_seconds: float, tls: dict | None
-) -> dict:
+def _tls_phase(label: str, base: str, count: int, lat_seconds: float, tls: dict | None) -> dict:
     """One cluster (plaintext, or TLS everywhere when tls is given): 1 KiB throughput
     with kcat, then p50/p99 at 1,000 records/s with confluent-kafka."""
     from sink.readapi.client import tls_credentials
@@ -345,7 +343,9 @@ def main_tls(quick: bool) -> int:
     lat_seconds = 5.0 if quick else 20.0
     base = tempfile.mkdtemp(prefix="rs-bench-tls-")
     print(f"machine: {machine()}")
-    print(f"mode: {'quick' if quick else 'full'}, --tls; 3 processes, fsync on, {PARTITIONS} partitions")
+    print(
+        f"mode: {'quick' if quick else 'full'}, --tls; 3 processes, fsync on, {PARTITIONS} partitions"
+    )
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
     certs = os.path.join(base, "certs")
     subprocess.run(

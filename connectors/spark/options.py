@@ -156,7 +156,9 @@ def _ssl(opts: Mapping[str, str]) -> SslOptions | None:
     enabled = _bool(opts, SSL_PREFIX + "enabled", bool(files))
     if not enabled:
         if files:
-            raise InvalidOptionError(f"{SSL_PREFIX}enabled is false but {SSL_PREFIX}* files are set")
+            raise InvalidOptionError(
+                f"{SSL_PREFIX}enabled is false but {SSL_PREFIX}* files are set"
+            )
         return None
     if bool(files.get("certfile")) != bool(files.get("keyfile")):
         raise InvalidOptionError(

@@ -27,8 +27,8 @@ from collections.abc import Callable
 _SIZE = struct.Struct(">i")
 
 
-FORWARD_TLS: contextvars.ContextVar[Callable[[], ssl.SSLContext] | None] = (
-    contextvars.ContextVar("raftsink_forward_tls", default=None)
+FORWARD_TLS: contextvars.ContextVar[Callable[[], ssl.SSLContext] | None] = contextvars.ContextVar(
+    "raftsink_forward_tls", default=None
 )
 """Set per connection by the Kafka listener: () -> the current client SSLContext to
 reach the leader's listener, or None (plaintext)."""

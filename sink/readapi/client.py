@@ -32,7 +32,9 @@ def tls_credentials(
             return f.read()
 
     return grpc.ssl_channel_credentials(
-        root_certificates=read(ca_file), private_key=read(key_file), certificate_chain=read(cert_file)
+        root_certificates=read(ca_file),
+        private_key=read(key_file),
+        certificate_chain=read(cert_file),
     )
 
 

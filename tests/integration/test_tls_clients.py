@@ -30,7 +30,7 @@ from tests.helpers import client_tools
 from tests.helpers.tls_certs import Certs, make_certs
 
 ck = pytest.importorskip("confluent_kafka")
-import confluent_kafka.admin  # noqa: E402  (ck.admin.AdminClient)
+import confluent_kafka.admin  # noqa: E402, F401  (ck.admin.AdminClient)
 
 N = 50
 
@@ -99,9 +99,9 @@ def confluent_consume(boot: str, conf: dict, topic: str, n: int, timeout: float 
 
 
 def check(got: list, expected: list) -> None:
-    assert [(o, k, v) for o, k, v in got] == [
-        (i, k, v) for i, (k, v) in enumerate(expected)
-    ], got[:3]
+    assert [(o, k, v) for o, k, v in got] == [(i, k, v) for i, (k, v) in enumerate(expected)], got[
+        :3
+    ]
 
 
 def assert_all_alive(cluster: SinkProcessCluster) -> None:
@@ -225,8 +225,19 @@ def test_kcat_produce_and_consume(cluster, certs):
     ]
     lines = [f"k{i}:{topic}-v{i}" for i in range(N)]
     r = subprocess.run(
-        [kcat, "-b", cluster.bootstrap_servers, *tls, "-P", "-t", topic, "-K", ":"]
-        + ["-X", "enable.idempotence=true"],
+        [
+            kcat,
+            "-b",
+            cluster.bootstrap_servers,
+            *tls,
+            "-P",
+            "-t",
+            topic,
+            "-K",
+            ":",
+            "-X",
+            "enable.idempotence=true",
+        ],
         input="\n".join(lines) + "\n",
         capture_output=True,
         text=True,
@@ -234,8 +245,24 @@ def test_kcat_produce_and_consume(cluster, certs):
     )
     assert r.returncode == 0, r.stderr
     r = subprocess.run(
-        [kcat, "-b", cluster.bootstrap_servers, *tls, "-C", "-t", topic, "-p", "0"]
-        + ["-o", "beginning", "-c", str(N), "-e", "-f", "%o %k %s\\n"],
+        [
+            kcat,
+            "-b",
+            cluster.bootstrap_servers,
+            *tls,
+            "-C",
+            "-t",
+            topic,
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-c",
+            str(N),
+            "-e",
+            "-f",
+            "%o %k %s\\n",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -380,7 +407,9 @@ def test_untrusted_expired_or_missing_client_certificate_is_refused(cluster, cer
     # confluent-kafka: the request fails with a transport / SSL error, nothing is written.
     conf = ssl_conf(certs, name=None)
     if who == "rogue":
-        conf.update({"ssl.certificate.location": certs.rogue[0], "ssl.key.location": certs.rogue[1]})
+        conf.update(
+            {"ssl.certificate.location": certs.rogue[0], "ssl.key.location": certs.rogue[1]}
+        )
     elif who == "expired":
         conf.update(ssl_conf(certs, "expired"))
     admin = ck.admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **conf})
@@ -443,7 +472,9 @@ def test_read_api_over_tls(cluster, certs):
 # ------------------------------------------------------ certificate rotation
 
 
-def _served_cert(addr: tuple[str, int], ctx: ssl.SSLContext, alpn: list[str] | None = None) -> bytes:
+def _served_cert(
+    addr: tuple[str, int], ctx: ssl.SSLContext, alpn: list[str] | None = None
+) -> bytes:
     if alpn:
         ctx.set_alpn_protocols(alpn)
     raw = socket.create_connection(addr, timeout=10)

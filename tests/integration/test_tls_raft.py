@@ -54,9 +54,7 @@ async def _answering(cluster: SinkProcessCluster, i: int, timeout: float) -> dic
 
 
 def test_node_of_another_ca_cannot_send_raft_messages(tmp_path, certs):
-    cluster = SinkProcessCluster(
-        str(tmp_path / "c"), extra_args=["--tls-raft"], log_level="INFO"
-    )
+    cluster = SinkProcessCluster(str(tmp_path / "c"), extra_args=["--tls-raft"], log_level="INFO")
     for i in (1, 2, 3):
         cluster.nodes[i].extra_args += certs.node_flags(f"node{i}")
     cluster.start()

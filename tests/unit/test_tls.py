@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import ssl
+from pathlib import Path
 
 import grpc
 import pytest
@@ -25,18 +26,16 @@ def certs(tmp_path_factory) -> Certs:
 
 
 def _opts(certs: Certs, name: str = "node1", **kw) -> TlsOptions:
-    return TlsOptions(
-        cert_file=certs.cert(name), key_file=certs.key(name), ca_file=certs.ca, **kw
-    )
+    return TlsOptions(cert_file=certs.cert(name), key_file=certs.key(name), ca_file=certs.ca, **kw)
 
 
 def test_off_by_default_and_needs_files_when_on(certs):
     assert not TlsOptions().enabled
-    with pytest.raises(TlsConfigError, match="tls.cert_file and tls.key_file"):
+    with pytest.raises(TlsConfigError, match=r"tls\.cert_file and tls\.key_file"):
         TlsOptions(kafka=True)
-    with pytest.raises(TlsConfigError, match="tls.ca_file is required"):
+    with pytest.raises(TlsConfigError, match=r"tls\.ca_file is required"):
         TlsOptions(cert_file="c", key_file="k", raft=True)
-    with pytest.raises(TlsConfigError, match="tls.kafka_client_auth must be one of"):
+    with pytest.raises(TlsConfigError, match=r"tls\.kafka_client_auth must be one of"):
         TlsOptions(kafka_client_auth="maybe")
     # Kafka TLS without client certificates needs no CA.
     assert TlsOptions(cert_file="c", key_file="k", kafka=True).enabled
@@ -53,7 +52,7 @@ def test_config_section_from_flags_and_environment(certs):
         overrides={"node.id": 1, "node.data_dir": "/tmp/x", "node.peers": peers, "tls.raft": True},
     )
     assert cfg.tls.raft and not cfg.tls.kafka and cfg.tls.ca_file == certs.ca
-    with pytest.raises(ConfigError, match="tls.cert_file"):
+    with pytest.raises(ConfigError, match=r"tls\.cert_file"):
         load_config(
             env={},
             overrides={"node.id": 1, "node.data_dir": "/x", "node.peers": peers, "tls.kafka": "on"},
@@ -84,7 +83,7 @@ def test_server_context_is_tls12_or_newer_with_default_ciphers(certs):
 
 async def _served(port: int, ca: str) -> bytes:
     client = ssl.create_default_context(cafile=ca)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
     try:
         der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
         assert der is not None
@@ -99,9 +98,7 @@ def test_kafka_context_reload_serves_new_connections_the_new_certificate(certs, 
     live.mkdir()
     for suffix in ("pem", "key"):
         shutil.copy(f"{certs.dir}/node1.{suffix}", live / f"node.{suffix}")
-    opts = TlsOptions(
-        cert_file=str(live / "node.pem"), key_file=str(live / "node.key"), kafka=True
-    )
+    opts = TlsOptions(cert_file=str(live / "node.pem"), key_file=str(live / "node.key"), kafka=True)
     ctx = KafkaContext.of(opts)
 
     async def main() -> tuple[bytes, bytes, bytes]:
@@ -126,7 +123,7 @@ def test_kafka_context_reload_serves_new_connections_the_new_certificate(certs, 
             await server.wait_closed()
 
     first, second, third = asyncio.run(main())
-    pem = {n: ssl.PEM_cert_to_DER_cert(open(certs.cert(n)).read()) for n in ("node1", "node2")}
+    pem = {n: ssl.PEM_cert_to_DER_cert(Path(certs.cert(n)).read_text()) for n in ("node1", "node2")}
     assert first == pem["node1"]
     assert second == pem["node2"]
     assert third == pem["node2"]
