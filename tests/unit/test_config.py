@@ -112,6 +112,11 @@ _STR_SAMPLES = {
     "raft.listen": "0.0.0.0:7002",
     "kafka.max_connections_per_ip_overrides": "10.0.0.7=5000,::1=3",
     "topics.message_timestamp_type": "LogAppendTime",
+    "tls.cert_file": "/etc/raftsink/node.pem",
+    "tls.key_file": "/etc/raftsink/node.key",
+    "tls.ca_file": "/etc/raftsink/ca.pem",
+    "tls.kafka_client_auth": "required",
+    "tls.read_api_client_auth": "none",
 }
 _SPECIAL: dict[str, Any] = {
     "node.id": 2,
@@ -157,8 +162,14 @@ def _toml(value: Any) -> str:
     return json.dumps(value)
 
 
+# A tls.* switch is valid only with the files it needs (checked, not read, at load).
+_TLS_FILES = {k: v for k, v in _STR_SAMPLES.items() if k.startswith("tls.") and "file" in k}
+
+
 def _base_for(opt: Option) -> dict[str, str]:
     base = {**BASE, "kafka.external_addresses": "1=e:1,2=e:2"}
+    if opt.section == "tls":
+        base.update(_TLS_FILES)
     base.pop(opt.key, None)
     return base
 
