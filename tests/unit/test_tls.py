@@ -151,26 +151,3 @@ def test_grpc_credentials_reload_and_channel_credentials(certs, tmp_path):
     shutil.copy(f"{certs.dir}/node2.key", live / "node.key")
     assert g.reload()
     assert g._chain == (live / "node.pem").read_bytes() != before
-
-
-def test_spark_ssl_options():
-    from connectors.spark.errors import InvalidOptionError
-    from connectors.spark.options import SslOptions, parse_options
-
-    base = {"raftsink.nodes": "h:1", "subscribe": "t"}
-    assert parse_options(base, streaming=True).ssl is None
-    got = parse_options({**base, "raftsink.ssl.cafile": "/ca.pem"}, streaming=True).ssl
-    assert got == SslOptions(cafile="/ca.pem")
-    got = parse_options({**base, "raftsink.ssl.enabled": "true"}, streaming=True).ssl
-    assert got == SslOptions()  # the system's roots
-    mtls = {"raftsink.ssl.certfile": "/c.pem", "raftsink.ssl.keyfile": "/c.key"}
-    assert parse_options({**base, **mtls}, streaming=True).ssl == SslOptions(
-        certfile="/c.pem", keyfile="/c.key"
-    )
-    for bad, why in (
-        ({"raftsink.ssl.certfile": "/c.pem"}, "go together"),
-        ({"raftsink.ssl.truststore": "x"}, "unknown option"),
-        ({"raftsink.ssl.enabled": "false", "raftsink.ssl.cafile": "/ca"}, "enabled is false"),
-    ):
-        with pytest.raises(InvalidOptionError, match=why):
-            parse_options({**base, **bad}, streaming=True)
