@@ -187,7 +187,10 @@ class _PeerSender:
                         log.info("transport.connected peer=%d address=%s", self.peer, self.address)
                     backoff = opts.backoff_initial_s
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
-                self._lost(pending, exc, await _final_details(call, exc))
+                # With TLS, ask the call why it ended (a refused certificate hides
+                # behind InvalidStateError); plaintext keeps its old, immediate path.
+                secure = self.t.security is not None
+                self._lost(pending, exc, await _final_details(call, exc) if secure else _short(exc))
             except asyncio.CancelledError:
                 raise
             finally:
