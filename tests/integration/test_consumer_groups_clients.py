@@ -468,6 +468,7 @@ def test_leader_kill_while_group_consumes_and_commits(run_factory, cluster, clie
             step=0.3,
         )
         print(f"committing past the kill's ends {time.monotonic() - kill_t:.1f} s after the kill")
+        print(f"members:\n  {run.describe()}")
     finally:
         stream.stop()
         cluster.start(leader)  # back for the next test (a follower now)
