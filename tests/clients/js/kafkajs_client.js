@@ -25,6 +25,7 @@
 //     event, the protocol of tests/clients/py/group_member.py: ready, assignment (on each
 //     GROUP_JOIN), recs (one batch, before its commit), commit (after commitOffsets returned),
 //     commit_failed, error, closed. KafkaJS has no cooperative protocol and no static membership.
+//     KAFKAJS_MEMBER_RETRIES sets its retry count (default 50).
 // Keys and values are printed as UTF-8 strings (the test only uses text).
 'use strict'
 
@@ -206,7 +207,14 @@ async function member() {
     heartbeatInterval: Math.max(100, Number(process.env.KAFKAJS_SESSION_MS || 10000) / 10),
     rebalanceTimeout: 30000,
     maxWaitTimeInMs: 100,
-    retry: { retries: 50, initialRetryTime: 100, maxRetryTime: 1000 },
+    // KAFKAJS_MEMBER_RETRIES (default 50): the consumer's retry count. Its retrier giving up
+    // is what restarts a KafkaJS consumer, the only way it leaves a coordinator that died
+    // (the leader-kill test uses KafkaJS's default, 5).
+    retry: {
+      retries: Number(process.env.KAFKAJS_MEMBER_RETRIES || 50),
+      initialRetryTime: 100,
+      maxRetryTime: 1000,
+    },
   })
   let stopping = false
   const stop = async () => {
