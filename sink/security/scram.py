@@ -28,6 +28,7 @@ import base64
 import hashlib
 import hmac
 import os
+import secrets
 from dataclasses import dataclass
 
 MECHANISMS: dict[str, str] = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -164,7 +165,8 @@ class ScramServer:
         self._hash = MECHANISMS[mechanism]
         self._lookup = lookup
         self._fake_key = fake_key
-        self._server_nonce = nonce or base64.b64encode(os.urandom(24)).decode()
+        # Alphanumeric, as Kafka's: librdkafka rejects a server nonce with "=" in it.
+        self._server_nonce = nonce or secrets.token_hex(24)
         self.user: str | None = None
         self._cred: ScramCredential | None = None
         self._known = False

@@ -5,7 +5,7 @@ bootstrap users (sasl.bootstrap_users) written once by whichever node leads firs
 
 Bootstrap invariant: the leader proposes a "bootstrap" op for every configured
 user the applied table has never bootstrapped, each time it becomes the ready
-leader; the state machine applies such an op only once per name, so repeating it
+leader; the state machine applies such an op only once per pair, so repeating it
 (every leader does) changes nothing, and a user altered or deleted later stays so.
 """
 
@@ -45,8 +45,8 @@ class UserService:
         self._is_leader = is_leader
         self._leader_ready = leader_ready
         # Derived once, at start-up: the passwords are not kept.
-        self._bootstrap_ops: list[tuple[str, Op]] = [
-            (name, upsert_op(name, mech, make_credential(mech, password, iterations), True))
+        self._bootstrap_ops: list[tuple[tuple[str, str], Op]] = [
+            ((name, mech), upsert_op(name, mech, make_credential(mech, password, iterations), True))
             for name, password in bootstrap
             for mech in MECHANISMS
         ]
@@ -98,7 +98,7 @@ class UserService:
         if not self._is_leader():
             return
         done = self._table().bootstrapped
-        ops = [op for name, op in self._bootstrap_ops if name not in done]
+        ops = [op for key, op in self._bootstrap_ops if key not in done]
         if not ops:
             return
         result = await self.alter_users(ops)

@@ -4,9 +4,9 @@
       op  {"op": "upsert", "user": U, "mechanism": M, "salt": b64, "stored_key": b64,
            "server_key": b64, "iterations": N}
           {"op": "delete", "user": U, "mechanism": M}
-          {"op": "bootstrap", ...upsert's fields}: an upsert applied only if U was
-          never bootstrapped before (so a user from sasl.bootstrap_users is created
-          once, and changing or deleting it later sticks across leader changes)
+          {"op": "bootstrap", ...upsert's fields}: an upsert applied only if (U, M)
+          was never bootstrapped before (so a user from sasl.bootstrap_users is
+          created once, and changing or deleting it later sticks across leader changes)
 
 Only derived credentials travel and are kept (sink.security.scram): never a
 password. Every op of an entry is checked when applied, in order; an op that is
@@ -57,11 +57,11 @@ def decode_alter_users(data: bytes) -> list[Op]:
 
 
 class UserTable:
-    """user -> mechanism -> ScramCredential; the names ever bootstrapped."""
+    """user -> mechanism -> ScramCredential; the (user, mechanism) pairs ever bootstrapped."""
 
     def __init__(self) -> None:
         self.users: dict[str, dict[str, ScramCredential]] = {}
-        self.bootstrapped: set[str] = set()
+        self.bootstrapped: set[tuple[str, str]] = set()
 
     def credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.users.get(user, {}).get(mechanism)
@@ -106,9 +106,9 @@ class UserTable:
                 f"iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}",
             )
         if kind == "bootstrap":
-            if user in self.bootstrapped:
+            if (user, mech) in self.bootstrapped:
                 return user, ErrorCode.none, "already bootstrapped"
-            self.bootstrapped.add(user)
+            self.bootstrapped.add((user, mech))
         self.users.setdefault(user, {})[mech] = cred
         return user, ErrorCode.none, None
 
@@ -117,7 +117,7 @@ class UserTable:
             "users": {
                 u: {m: c.to_json() for m, c in mechs.items()} for u, mechs in self.users.items()
             },
-            "bootstrapped": sorted(self.bootstrapped),
+            "bootstrapped": [list(p) for p in sorted(self.bootstrapped)],
         }
 
     @classmethod
@@ -125,7 +125,7 @@ class UserTable:
         t = cls()
         for u, mechs in d.get("users", {}).items():
             t.users[u] = {m: ScramCredential.from_json(c) for m, c in mechs.items()}
-        t.bootstrapped = set(d.get("bootstrapped", ()))
+        t.bootstrapped = {(u, m) for u, m in d.get("bootstrapped", ())}
         return t
 
     def names(self) -> Iterable[str]:
