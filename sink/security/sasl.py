@@ -135,9 +135,9 @@ class SaslSession:
                 return "SaslAuthenticate without a SaslHandshake v1+ first"
             return None
         if not self.authenticated:
-            return f"request API {api_key} before SASL authentication"
+            return "a request before SASL authentication"
         if self.phase is Phase.AUTHENTICATE:
-            return f"request API {api_key} during SASL re-authentication"
+            return "a request during SASL re-authentication"
         if self.expired():
             return "SASL session expired (sasl.session_lifetime_ms) without re-authentication"
         return None
