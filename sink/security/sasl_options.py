@@ -38,7 +38,7 @@ class SaslOptions:
     start-up, as sasl.bootstrap_users."""
     relay_user: str = ""
     """The bootstrap user a follower authenticates as when it relays a request to the
-    leader (InitProducerId, DescribeConfigs, AlterConfigs); empty: the first
+    leader (InitProducerId, Metadata with auto-creation, DescribeConfigs, AlterConfigs); empty: the first
     bootstrap user. Without one, relays fail and the client retries elsewhere."""
     iterations: int = 8192
     """SCRAM iterations of the bootstrap users' credentials (4096..16384)."""
