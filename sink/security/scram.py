@@ -16,7 +16,8 @@ The exchange, as Kafka's ScramSaslServer runs it:
 
 Checks: channel binding is refused ("p="; "y" is accepted: the client could bind
 but thinks we cannot), an authzid must name the user itself, the client-final's
-nonce must be exactly the combined nonce and its c= the client's own gs2-header,
+nonce must end with the combined nonce (Kafka's check: librdkafka 2.0.2 repeats
+the client nonce) and its c= the client's own gs2-header,
 the proof must verify. An unknown user is run through the exchange with a fake,
 stable credential and fails at the proof with the same error as a wrong password,
 so an attacker cannot list users (Kafka fails an unknown user at client-first).
@@ -242,7 +243,10 @@ class ScramServer:
             raise ScramError("malformed base64 in client-final message") from None
         if cbind != self._gs2:
             raise ScramError("channel binding data does not match the gs2 header")
-        if attrs[1][1] != self._nonce:
+        # Kafka checks that the nonce ENDS with the combined nonce (endsWith), and
+        # librdkafka 2.0.2 (Debian's kcat) sends the client nonce twice: accept it too.
+        # The server nonce, the part that makes the exchange fresh, must be there.
+        if not attrs[1][1].endswith(self._nonce):
             raise ScramError("nonce mismatch")
         without_proof = msg[: msg.rindex(",p=")]
         auth_message = f"{self._first_bare},{self._server_first},{without_proof}".encode()
