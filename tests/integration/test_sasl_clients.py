@@ -435,3 +435,129 @@ def test_users_cli_list_alter_delete(secure, alice):
                 ]
             )
         )
+
+
+# ------------------------------------------- SaslHandshake v0 and KIP-368 sessions
+
+
+@pytest.fixture(scope="module")
+def short_sessions(tmp_path_factory):
+    """One node whose sessions last 2 s (sasl.session_lifetime_ms)."""
+    c = SinkProcessCluster(
+        str(tmp_path_factory.mktemp("sasl1")),
+        n=1,
+        extra_args=[
+            "--sasl-enabled",
+            "--sasl-session-lifetime-ms",
+            "2000",
+            "--sasl-bootstrap-users",
+            f"{ADMIN[0]}:{ADMIN[1]}",
+        ],
+    )
+    c.start()
+    try:
+        asyncio.run(c.wait_ready())
+        admin = Login("SCRAM-SHA-512", *ADMIN)
+        _until(lambda: asyncio.run(_can_login(c.peers[1].kafka, admin)), what="admin")
+        yield c
+    finally:
+        c.stop()
+
+
+def _metadata_frame(corr: int) -> bytes:
+    return encode_request(
+        3,
+        12,
+        corr,
+        {
+            "topics": [],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+
+
+def _answer(s: socket.socket) -> bytes:
+    return recv_exact(s, int.from_bytes(recv_exact(s, 4), "big"))
+
+
+def test_v0_handshake_then_raw_tokens(short_sessions):
+    """SaslHandshake v0: the next frame is a raw PLAIN token (no header), answered with
+    an empty raw token, as Kafka does; then requests are served. A bad raw token closes."""
+    host, port = short_sessions.peers[1].kafka.rsplit(":", 1)
+    token = f"\0{ADMIN[0]}\0{ADMIN[1]}".encode()
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(encode_request(17, 0, 1, {"mechanism": "PLAIN"}))
+        assert _answer(s)[4:6] == b"\0\0"  # correlation id, then error_code 0
+        s.sendall(len(token).to_bytes(4, "big") + token)
+        assert recv_exact(s, 4) == b"\0\0\0\0"  # the empty raw challenge: authenticated
+        s.sendall(_metadata_frame(2))
+        assert _answer(s)[:4] == (2).to_bytes(4, "big")
+    bad = b"\0admin\0wrong"
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(encode_request(17, 0, 1, {"mechanism": "PLAIN"}))
+        _answer(s)
+        s.sendall(len(bad).to_bytes(4, "big") + bad)
+        assert s.recv(16) == b""  # closed, no answer
+    assert short_sessions.exited() == {}
+
+
+def test_expired_session_is_closed_unless_reauthenticated(short_sessions):
+    """KIP-368: SaslAuthenticate v2 tells the lifetime; once it has passed, a request
+    closes the connection, and a re-authentication (same user) keeps it open."""
+    host, port = short_sessions.peers[1].kafka.rsplit(":", 1)
+
+    def authenticate(s: socket.socket, corr: int) -> int:
+        s.sendall(encode_request(17, 1, corr, {"mechanism": "PLAIN"}))
+        assert _answer(s)[4:6] == b"\0\0"
+        s.sendall(
+            encode_request(36, 2, corr + 1, {"auth_bytes": f"\0{ADMIN[0]}\0{ADMIN[1]}".encode()})
+        )
+        body = _answer(s)
+        assert body[5:7] == b"\0\0", body  # flexible header: corr, tag byte, error_code
+        return int.from_bytes(body[-9:-1], "big")  # session_lifetime_ms, before the tags
+
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        assert authenticate(s, 1) == 2000
+        started = time.monotonic()
+        s.sendall(_metadata_frame(3))
+        assert _answer(s)[:4] == (3).to_bytes(4, "big")
+        time.sleep(max(0.0, 2.3 - (time.monotonic() - started)))  # past the lifetime
+        assert authenticate(s, 4) == 2000  # re-authentication keeps the connection
+        s.sendall(_metadata_frame(6))
+        assert _answer(s)[:4] == (6).to_bytes(4, "big")
+        time.sleep(2.3)  # past the new lifetime, no re-authentication
+        s.sendall(_metadata_frame(7))
+        assert s.recv(16) == b""  # closed
+    assert "SASL session expired" in short_sessions.log_tail(1)
+
+
+def test_confluent_kafka_reauthenticates(short_sessions):
+    """librdkafka re-authenticates before the 2 s lifetime ends: a producer that runs for
+    three lifetimes delivers everything."""
+    p = ck.Producer(
+        {
+            "bootstrap.servers": short_sessions.bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": ADMIN[0],
+            "sasl.password": ADMIN[1],
+            "enable.idempotence": True,
+        }
+    )
+    errors: list = []
+    end = time.monotonic() + 6.0
+    sent = 0
+    while time.monotonic() < end:  # load over several lifetimes (pacing, not waiting)
+        p.produce("reauth", f"r{sent}".encode(), on_delivery=lambda e, m: errors.append(e))
+        sent += 1
+        p.poll(0.1)
+    assert p.flush(30) == 0
+    assert len(errors) == sent and set(errors) == {None}, errors[:3]
+    # It re-authenticated: the node never had to close one of its connections as expired.
+    expired = [
+        line
+        for line in short_sessions.log_tail(1, 200_000).splitlines()
+        if "session expired" in line and "rdkafka" in line
+    ]
+    assert expired == [], expired
