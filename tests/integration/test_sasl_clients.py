@@ -240,7 +240,11 @@ def test_aiokafka(secure, alice, mech):
             await cons.stop()
         return got
 
-    assert sorted(asyncio.run(run())) == sorted(_values(topic))
+    async def bounded() -> list[bytes]:  # a stuck client fails the test, not the session
+        async with asyncio.timeout(150):
+            return await run()
+
+    assert sorted(asyncio.run(bounded())) == sorted(_values(topic))
 
 
 def _kcat_args(cluster, mech: str, user=ALICE) -> list[str]:
