@@ -14,13 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from sink.security.scram import MECHANISMS, ScramCredential, make_credential
-from sink.security.user_ops import Op, upsert_op
-from sink.state.users import UserTable, encode_alter_users
+from sink.security.user_ops import Op, encode_alter_users, upsert_op
+
+if TYPE_CHECKING:  # only typed against: sink.security imports nothing of sink.state
+    from sink.state.users import UserTable
 
 log = logging.getLogger("sink.security")
 

@@ -18,8 +18,7 @@ crashed node. The table is in the snapshot ("users").
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
 
@@ -29,7 +28,13 @@ from sink.security.scram import (
     MIN_ITERATIONS,
     ScramCredential,
 )
-from sink.security.user_ops import Op, delete_op, upsert_op
+from sink.security.user_ops import (
+    Op,
+    decode_alter_users,
+    delete_op,
+    encode_alter_users,
+    upsert_op,
+)
 
 ALTER_USERS = 0x53  # "S"
 
@@ -41,19 +46,6 @@ __all__ = [
     "encode_alter_users",
     "upsert_op",
 ]
-
-
-def encode_alter_users(ops: Sequence[Op]) -> bytes:
-    return b"S" + json.dumps({"ops": list(ops)}, separators=(",", ":")).encode()
-
-
-def decode_alter_users(data: bytes) -> list[Op]:
-    if data[:1] != b"S":
-        raise ValueError("not an ALTER_USERS entry")
-    ops = json.loads(data[1:])["ops"]
-    if not isinstance(ops, list) or not all(isinstance(o, dict) for o in ops):
-        raise ValueError("ALTER_USERS: ops must be a list of objects")
-    return ops
 
 
 class UserTable:
