@@ -18,6 +18,7 @@ from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
+from sink.security.sasl import PLAIN
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
@@ -25,7 +26,15 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     if session is None:
         why = "SaslAuthenticate on a listener without SASL"
         return answered(_encode(call.version, call.corr, ErrorCode.illegal_sasl_state, why))
-    step = session.authenticate(bytes(call.req.auth_bytes), call.version)
+    token = bytes(call.req.auth_bytes)
+    if session.mechanism == PLAIN:
+        # PLAIN runs PBKDF2 (sasl.iterations: ~10 ms for SHA-512) to check the password:
+        # off the event loop, so a burst of logins does not stall the node's other
+        # connections. Awaited here (the dispatch step), so this connection reads no
+        # further request until the session has its outcome.
+        step = await asyncio.to_thread(session.authenticate, token, call.version)
+    else:  # SCRAM's server side is a few HMACs
+        step = session.authenticate(token, call.version)
     return answered(
         _encode(
             call.version,
