@@ -32,6 +32,7 @@ from sink.kafka.limits import KafkaLimits
 from sink.lifecycle.producer_expiry import ProducerExpiryOptions
 from sink.offsets import OffsetsOptions
 from sink.quotas import QuotaOptions
+from sink.security.sasl_options import SaslOptions
 from sink.service import SinkOptions
 from sink.topics.configs import TopicDefaults
 
@@ -192,6 +193,7 @@ class SinkConfig:
     producers: ProducerExpiryOptions = field(
         default_factory=ProducerExpiryOptions, metadata={"section": True}
     )
+    sasl: SaslOptions = field(default_factory=SaslOptions, metadata={"section": True})
 
     def __post_init__(self) -> None:
         if self.kafka.external_listen and set(self.kafka.external_addresses) != set(

@@ -112,6 +112,10 @@ _STR_SAMPLES = {
     "raft.listen": "0.0.0.0:7002",
     "kafka.max_connections_per_ip_overrides": "10.0.0.7=5000,::1=3",
     "topics.message_timestamp_type": "LogAppendTime",
+    "sasl.mechanisms": "SCRAM-SHA-512",
+    "sasl.bootstrap_users": "admin:secret",
+    "sasl.bootstrap_users_file": "/etc/raftsink/users",
+    "sasl.relay_user": "admin",
 }
 _SPECIAL: dict[str, Any] = {
     "node.id": 2,

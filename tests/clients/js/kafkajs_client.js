@@ -27,6 +27,8 @@
 //     commit_failed, error, closed. KafkaJS has no cooperative protocol and no static membership.
 //     KAFKAJS_MEMBER_RETRIES sets its retry count (default 50).
 // Keys and values are printed as UTF-8 strings (the test only uses text).
+// KAFKAJS_SASL (JSON {"mechanism": "scram-sha-512" | "plain", "username", "password"}): log in
+// with SASL (SASL_PLAINTEXT), for tests/integration/test_sasl_clients.py.
 'use strict'
 
 const { Kafka, logLevel, CompressionTypes } = require('kafkajs')
@@ -43,6 +45,7 @@ const kafka = new Kafka({
   requestTimeout: 10000,
   retry: { retries: 3, initialRetryTime: 200, maxRetryTime: 2000 },
   logLevel: logLevel.WARN,
+  sasl: process.env.KAFKAJS_SASL ? JSON.parse(process.env.KAFKAJS_SASL) : undefined,
   logCreator: () => ({ level, log }) => {
     logs.push(`${log.message}${log.error ? ': ' + log.error : ''}`)
   },
