@@ -7,6 +7,7 @@ raftsink status  role, term, commit/applied index, lag and partitions of every n
 raftsink verify  read-only integrity check of a stopped node's storage
 raftsink quotas  list / set / delete client quotas (sink/cli_quotas.py)
 raftsink members list / add / remove / replace members, transfer-leader (sink/cli_members.py)
+raftsink users   list / create / alter / delete SASL users (sink/cli_users.py)
 raftsink demo    the main job on the embedded default (a tool: demos/, entry point)
 raftsink chaos   the fault campaign (a tool: chaos/, entry point)
 """
@@ -430,9 +431,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from sink.cli_members import add_parser as add_members_parser
     from sink.cli_quotas import add_parser as add_quotas_parser
+    from sink.cli_users import add_parser as add_users_parser
 
     add_quotas_parser(sub)
     add_members_parser(sub)
+    add_users_parser(sub)
 
     _add_tool_commands(sub)
     return parser

@@ -142,6 +142,7 @@ class SinkService:
             ready_term=lambda: self.node.term if self.leader_ready() else None,
             records=lambda: self.fsm.groups.records(),
             slot_owner=lambda _slot: self.leader_id(),
+            offset_holders=lambda: self.fsm.group_offsets,
         )
         if fsm is not None:
             fsm.on_leader_change.append(self.groups.on_leadership_change)

@@ -8,7 +8,7 @@ from typing import Any
 
 
 def local_session(app_name: str, cores: int = 2, progress_bars: bool = False) -> Any:
-    """local[cores] session with the raftsink source registered.
+    """local[cores,4] session (4 attempts per task) with the raftsink source registered.
 
     Spark's Python workers must run this interpreter (the one with raftsink and
     pyarrow installed), so PYSPARK_PYTHON is set unless the caller set it.
@@ -21,8 +21,12 @@ def local_session(app_name: str, cores: int = 2, progress_bars: bool = False) ->
     from connectors.spark import register
 
     spark = (
-        SparkSession.builder.master(f"local[{cores}]")
+        # local[N,F]: F attempts per task (plain local[N] fails the query at a task's first
+        # failure, e.g. a Python worker slow to start); a retried task re-reads the same
+        # offset range, so the sinks still see every record once.
+        SparkSession.builder.master(f"local[{cores},4]")
         .appName(app_name)
+        .config("spark.python.authenticate.socketTimeout", "60s")
         .config("spark.sql.shuffle.partitions", str(cores))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", str(progress_bars).lower())

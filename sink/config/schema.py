@@ -32,6 +32,7 @@ from sink.kafka.limits import KafkaLimits
 from sink.lifecycle.producer_expiry import ProducerExpiryOptions
 from sink.offsets import OffsetsOptions
 from sink.quotas import QuotaOptions
+from sink.security.sasl_options import SaslOptions
 from sink.security.tls import TlsOptions
 from sink.service import SinkOptions
 from sink.topics.configs import TopicDefaults
@@ -193,6 +194,7 @@ class SinkConfig:
     producers: ProducerExpiryOptions = field(
         default_factory=ProducerExpiryOptions, metadata={"section": True}
     )
+    sasl: SaslOptions = field(default_factory=SaslOptions, metadata={"section": True})
     tls: TlsOptions = field(default_factory=TlsOptions, metadata={"section": True})
 
     def __post_init__(self) -> None:

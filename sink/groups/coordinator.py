@@ -51,6 +51,7 @@ from sink.groups.group import (
     Group,
     Member,
 )
+from sink.groups.membership import NO_OFFSETS, OffsetHolders
 from sink.groups.messages import (
     DescribedGroup,
     DescribedMember,
@@ -87,8 +88,12 @@ class GroupCoordinator:
         self,
         options: GroupOptions | None = None,
         new_member_id: Callable[[str], str] = _uuid_member_id,
+        offset_holders: Callable[[], OffsetHolders] = lambda: NO_OFFSETS,
     ) -> None:
+        """offset_holders() -> the applied committed-offsets table (read each time: a
+        snapshot load replaces it)."""
         self.options = options or GroupOptions()
+        self._offset_holders = offset_holders
         self._new_member_id = new_member_id
         self.groups: dict[str, Group] = {}
         self.loaded = False
@@ -626,12 +631,19 @@ class GroupCoordinator:
         out = self._begin()
         results: dict[str, ErrorCode] = {}
         doomed: list[Group] = []
+        # Groups that only hold committed offsets are Empty groups to Kafka: deleted
+        # (their offsets with them, in the same entry), never GROUP_ID_NOT_FOUND.
+        offsets_only: list[str] = []
+        holders = self._offset_holders()
         for gid in group_ids:
             g = self.groups.get(gid)
             if not self.loaded:
                 results[gid] = ErrorCode.coordinator_load_in_progress
             elif not gid:
                 results[gid] = ErrorCode.invalid_group_id
+            elif g is None and holders.has_group(gid):
+                results[gid] = ErrorCode.none
+                offsets_only.append(gid)
             elif g is None or g.is_(DEAD):
                 results[gid] = ErrorCode.group_id_not_found
             elif not g.is_(EMPTY):
@@ -640,7 +652,7 @@ class GroupCoordinator:
                 g.state = DEAD  # joins now get COORDINATOR_NOT_AVAILABLE until it is gone
                 results[gid] = ErrorCode.none
                 doomed.append(g)
-        if not doomed:
+        if not doomed and not offsets_only:
             self._reply(token, list(results.items()))
             return out
 
@@ -652,9 +664,12 @@ class GroupCoordinator:
                 else:
                     g.state = EMPTY
                     results[g.group_id] = err
+            if err != ErrorCode.none:
+                for gid in offsets_only:
+                    results[gid] = err
             self._reply(token, list(results.items()))
 
-        self._propose(now, encode_delete([g.group_id for g in doomed]), done)
+        self._propose(now, encode_delete([g.group_id for g in doomed] + offsets_only), done)
         return out
 
     def describe(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
@@ -664,7 +679,9 @@ class GroupCoordinator:
             if not self.loaded:
                 out.append(DescribedGroup(gid, ErrorCode.coordinator_load_in_progress, "", "", ""))
             elif g is None:
-                out.append(DescribedGroup(gid, ErrorCode.none, DEAD, "", ""))
+                # Only committed offsets: Kafka's Empty group without a protocol type.
+                state = EMPTY if self._offset_holders().has_group(gid) else DEAD
+                out.append(DescribedGroup(gid, ErrorCode.none, state, "", ""))
             else:
                 stable = g.is_(STABLE)
                 members = tuple(
@@ -700,11 +717,21 @@ class GroupCoordinator:
         want_types = {t.lower() for t in types}
         if want_types and "classic" not in want_types:
             return ErrorCode.none, []
-        return ErrorCode.none, [
+        listed = [
             ListedGroup(g.group_id, g.protocol_type or "", g.state)
             for g in self.groups.values()
             if not g.is_(DEAD) and (not want_states or g.state.lower() in want_states)
         ]
+        # Groups that only commit offsets (assign() consumers, admin tools) are Empty
+        # groups with protocol type "" to Kafka (GroupMetadataManager loads them so):
+        # `kafka-consumer-groups --list` shows them.
+        if not want_states or EMPTY.lower() in want_states:
+            listed.extend(
+                ListedGroup(gid, "", EMPTY)
+                for gid in self._offset_holders().groups()
+                if gid not in self.groups
+            )
+        return ErrorCode.none, listed
 
     # ------------------------------------------------------ offsets' questions
 

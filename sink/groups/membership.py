@@ -61,3 +61,26 @@ class NoGroups:
 
 
 NO_GROUPS = NoGroups()
+
+
+class OffsetHolders(Protocol):
+    """Which groups hold committed offsets (sink.state.group_offsets.GroupOffsetTable):
+    the coordinator shows a group that only commits offsets as Kafka does, an Empty
+    group with protocol type "" (ListGroups, DescribeGroups, DeleteGroups)."""
+
+    def has_group(self, group: str) -> bool: ...
+
+    def groups(self) -> list[str]: ...
+
+
+class NoOffsets:
+    """No committed offsets anywhere (a coordinator without the offsets part)."""
+
+    def has_group(self, group: str) -> bool:
+        return False
+
+    def groups(self) -> list[str]:
+        return []
+
+
+NO_OFFSETS = NoOffsets()

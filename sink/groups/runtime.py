@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from kio.schema.errors import ErrorCode
 
 from sink.groups.coordinator import GroupCoordinator
-from sink.groups.membership import GroupStatus
+from sink.groups.membership import NO_OFFSETS, GroupStatus, OffsetHolders
 from sink.groups.messages import (
     DescribedGroup,
     Effect,
@@ -58,13 +58,15 @@ class GroupRuntime:
         records: Callable[[], Iterable[GroupRecord]],
         slot_owner: Callable[[int], int],
         coordinator: GroupCoordinator | None = None,
+        offset_holders: Callable[[], OffsetHolders] = lambda: NO_OFFSETS,
     ) -> None:
         """propose(data) -> ErrorCode.none once committed and applied, else the
         coordinator error to answer (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE).
         ready_term() -> the Raft term while this node is the ready leader, else None.
         records() -> the applied groups. slot_owner(slot) -> node id hosting that
-        coordinator slot (-1: unknown)."""
-        self.core = coordinator or GroupCoordinator(options)
+        coordinator slot (-1: unknown). offset_holders() -> the applied committed
+        offsets (groups that only commit offsets are listed as Empty groups)."""
+        self.core = coordinator or GroupCoordinator(options, offset_holders=offset_holders)
         self._propose = propose
         self._is_leader = is_leader
         self._ready_term = ready_term

@@ -22,6 +22,7 @@ from kio.serial import entity_reader, entity_writer
 
 from sink.kafka.protocol.build import build
 from sink.kafka.protocol.errors import ErrorCode
+from sink.kafka.sasl_login import LoginError, sasl_login
 
 _SIZE = struct.Struct(">i")
 _MAX_RESPONSE = 64 << 20
@@ -55,14 +56,18 @@ async def request(
     *,
     client_id: str = "raftsink-admin",
     timeout: float = 10.0,
+    login: Any = None,
 ) -> Any:
-    """Send one request to host:port; its response entity (AdminError if unreachable)."""
+    """Send one request to host:port; its response entity (AdminError if unreachable
+    or the login is refused). login (sink.security.sasl_client.Login): SASL first."""
     host, port = address
     frame = _encode_request(api_key, version, 1, client_id, values)
     try:
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_connection(host, port)
             try:
+                if login is not None:
+                    await sasl_login(reader, writer, login)
                 writer.write(frame)
                 await writer.drain()
                 (size,) = _SIZE.unpack(await reader.readexactly(4))
@@ -71,6 +76,8 @@ async def request(
                 data = await reader.readexactly(size)
             finally:
                 writer.close()
+    except LoginError as exc:
+        raise AdminError(f"{host}:{port}: SASL login refused: {exc}") from exc
     except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
         raise AdminError(f"{host}:{port}: {exc!r}") from exc
     cls = load_response_schema(api_key, version)
@@ -79,7 +86,9 @@ async def request(
     return resp
 
 
-async def find_controller(bootstrap: Sequence[tuple[str, int]]) -> tuple[str, int]:
+async def find_controller(
+    bootstrap: Sequence[tuple[str, int]], login: Any = None
+) -> tuple[str, int]:
     """The controller's Kafka address, asking each bootstrap address in turn."""
     errors = []
     for addr in bootstrap:
@@ -93,6 +102,7 @@ async def find_controller(bootstrap: Sequence[tuple[str, int]]) -> tuple[str, in
                     "allow_auto_topic_creation": False,
                     "include_topic_authorized_operations": False,
                 },
+                login=login,
             )
         except AdminError as exc:
             errors.append(str(exc))

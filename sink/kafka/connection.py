@@ -31,6 +31,11 @@ frame_read_timeout_s. A Fetch is granted response memory from the node's fetch
 budget and clamped to it; its grant is settled to the response's size when built
 and released once written.
 
+SASL (a listener that requires it gives each connection a sink.security.SaslSession):
+the state machine gates requests on it; after a failed authentication the answer
+is flushed, then the connection is closed, as Kafka does. Raw v0 tokens
+(SaslToken) are answered here with the raw challenge.
+
 Client quotas (sink.quotas, KIP-219): a response over a client's quota carries
 throttle_time_ms and mutes the connection (self.quota's deadline); the reader
 dispatches nothing more from it until the deadline has passed.
@@ -57,6 +62,7 @@ from sink.kafka.protocol.connection import (
     ConnectionState,
     NeedMemory,
     Request,
+    SaslToken,
     api_name,
 )
 from sink.kafka.protocol.errors import ErrorCode
@@ -109,6 +115,8 @@ class Connection:
         self.writer = writer
         self.peer = writer.get_extra_info("peername")
         self._client_host = f"/{self.peer[0]}" if isinstance(self.peer, tuple) else ""
+        self.sasl = server.new_sasl_session()
+        """This connection's SASL state and principal (None: the listener needs no SASL)."""
         self.state = ConnectionState(
             max_frame_bytes=self.limits.max_frame_bytes,
             supported=SUPPORTED,
@@ -116,6 +124,7 @@ class Connection:
             invalid_answer=_invalid_answer,
             fallback=_fallback,
             budgeted=True,
+            auth=self.sasl,
         )
         self.memory = server.memory
         self._held = 0
@@ -334,6 +343,8 @@ class Connection:
             elif isinstance(ev, Answer):
                 log.info("kafka.answer peer=%s %s", self.peer, ev.note)
                 self._push(ev.data, 0, None, ev.reserved)
+            elif isinstance(ev, SaslToken):
+                self._raw_token(ev)
             else:
                 assert isinstance(ev, Close)
                 if ev.reason is CloseReason.EOF:
@@ -357,6 +368,7 @@ class Connection:
             self.quota,
             len(ev.frame),
             self._client_host,
+            self.sasl,
         )
         cost = len(ev.frame) if api.priced else 0
         started = time.perf_counter()
@@ -375,6 +387,30 @@ class Connection:
             self._push(answer, 0, None, ev.reserved, grant)
             return
         self._push(result, cost, (api, call), ev.reserved, grant)
+        self._after_sasl()
+
+    def _raw_token(self, ev: SaslToken) -> None:
+        """A v0 raw SASL token: answer the raw challenge; a failure closes at once
+        (no error can be framed without SaslAuthenticate, as in Kafka)."""
+        assert self.sasl is not None
+        step = self.sasl.authenticate(bytes(ev.token), 0)
+        if self.sasl.failed:
+            raise ProtocolError(
+                self.state.close(CloseReason.AUTHENTICATION, step.message or "failed")
+            )
+        self.state.admit(0)
+        self._queue.append((step.challenge, 0, None, ev.reserved, -1))
+        self._queue_wake.set()
+
+    def _after_sasl(self) -> None:
+        """A SASL request failed the session: its answer is queued; close after it."""
+        if self.sasl is not None and self.sasl.failed:
+            raise ProtocolError(
+                self.state.close(
+                    CloseReason.AUTHENTICATION,
+                    f"{self.sasl.failure} ({self.state.client()})",
+                )
+            )
 
     def _fetch_grant(self, req: Any) -> tuple[Any, int]:
         """Reserve response memory for a Fetch; clamp it to what the budget grants."""

@@ -7,7 +7,10 @@ NOT_COORDINATOR, and Metadata with auto-creation may hit a follower. The
 follower relays the exact frame (same correlation id) over a short-lived
 connection and returns the leader's response as is. A relayed request carries
 no marker, so a transient disagreement about the leader could bounce it back
-once; the timeout bounds that.
+once; the timeout bounds that. Where the leader's listener requires SASL, the
+relay first logs in as the node's relay user (sasl.relay_user): the relayed
+request then runs as that user, not as the client (an Envelope carrying the
+client's principal, as Kafka forwards, is not built yet).
 
 TLS: when the node's Kafka listeners speak TLS, so does the leader's, and the
 relay connects with the node's client context. That context travels in
@@ -23,6 +26,9 @@ import contextvars
 import ssl
 import struct
 from collections.abc import Callable
+from typing import Any
+
+from sink.kafka.sasl_login import LoginError, sasl_login
 
 _SIZE = struct.Struct(">i")
 
@@ -39,9 +45,16 @@ class ForwardError(Exception):
 
 
 async def forward_frame(
-    host: str, port: int, frame: bytes, *, timeout: float = 5.0, max_response_bytes: int = 64 << 20
+    host: str,
+    port: int,
+    frame: bytes,
+    *,
+    timeout: float = 5.0,
+    max_response_bytes: int = 64 << 20,
+    login: Any = None,
 ) -> bytes:
-    """Send frame (without size prefix) and return the response body (without size)."""
+    """Send frame (without size prefix) and return the response body (without size).
+    login (sink.security.sasl_client.Login): authenticate the connection first."""
     try:
         async with asyncio.timeout(timeout):
             tls = FORWARD_TLS.get()
@@ -50,6 +63,8 @@ async def forward_frame(
             else:
                 reader, writer = await asyncio.open_connection(host, port, ssl=tls())
             try:
+                if login is not None:
+                    await sasl_login(reader, writer, login)
                 writer.write(_SIZE.pack(len(frame)) + frame)
                 await writer.drain()
                 (size,) = _SIZE.unpack(await reader.readexactly(4))
@@ -58,5 +73,5 @@ async def forward_frame(
                 return await reader.readexactly(size)
             finally:
                 writer.close()
-    except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, LoginError) as exc:
         raise ForwardError(f"forward to {host}:{port} failed: {exc!r}") from exc

@@ -29,6 +29,7 @@ from sink.kafka.connection import Connection
 from sink.kafka.forward import FORWARD_TLS
 from sink.kafka.handlers import SUPPORTED, Advertised, HandlerContext
 from sink.kafka.limits import KafkaLimits
+from sink.security.sasl import SaslPolicy, SaslSession
 
 if TYPE_CHECKING:  # only typed against: sink.kafka imports nothing of sink.service
     from sink.service import SinkService
@@ -57,10 +58,16 @@ class KafkaServer:
         memory: NodeMemory | None = None,
         ssl_context: ssl.SSLContext | None = None,
         forward_tls: Callable[[], ssl.SSLContext] | None = None,
+        sasl: SaslPolicy | None = None,
+        relay_login: object = None,
     ) -> None:
         """memory: the node's budgets, shared by its listeners (None: this listener's own).
         ssl_context: TLS on this listener (None: plaintext). forward_tls: () -> the client
-        context to relay a request to the leader's listener (sink.kafka.forward)."""
+        context to relay a request to the leader's listener (sink.kafka.forward).
+        sasl: this listener requires SASL with that policy (SASL_PLAINTEXT, or SASL_SSL
+        over a TLS listener); None: open. relay_login: the login (sink.security.
+        sasl_client.Login) a follower's relays to the leader authenticate with."""
+        self.sasl = sasl
         self.service = service
         self.ssl_context = ssl_context
         self.forward_tls = forward_tls
@@ -74,6 +81,7 @@ class KafkaServer:
                 raise ValueError("advertised addresses must name every node")
             adv = Advertised(dict(advertised), forwarded_replies_usable=False)
         self.context = HandlerContext.of_node(service, service.fsm, self.limits, adv, SUPPORTED)
+        self.context.relay_login = relay_login
         self.bound_port = 0
         self.pending_produce_bytes = 0
         self.room_waiters: set[asyncio.Event] = set()
@@ -155,6 +163,15 @@ class KafkaServer:
                     self._tasks.discard(task)
         finally:
             self.admission.release(addr)
+
+    def new_sasl_session(self) -> SaslSession | None:
+        """A new connection's SASL state (None: this listener requires no SASL). Its
+        credentials are the applied users' (the service's UserService)."""
+        if self.sasl is None:
+            return None
+        users = self.context.users
+        lookup = users.credential if users is not None else (lambda _u, _m: None)
+        return SaslSession(self.sasl, lookup)  # type: ignore[arg-type]
 
     def stats(self) -> dict[str, float]:
         """Counters and gauges of this listener (metrics, status)."""

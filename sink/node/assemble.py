@@ -47,6 +47,10 @@ from sink.metrics import KafkaCollector, NodeCollector, QuotaCollector, make_reg
 from sink.node.disk_watch import DiskWatch
 from sink.quotas import ClientQuotaManager, QuotaTable
 from sink.readapi.server import ReadApiService
+from sink.security.sasl import PLAIN, SaslPolicy
+from sink.security.sasl_client import Login
+from sink.security.sasl_options import fake_key
+from sink.security.user_service import UserService
 from sink.security.tls import NodeTls
 from sink.service import SinkService
 from sink.state import SinkStateMachine
@@ -74,6 +78,7 @@ class SinkNode:
         self.fsm: SinkStateMachine | None = None
         self.service: SinkService | None = None
         self.producer_expiry: ProducerExpiry | None = None
+        self.users: UserService | None = None
         self.kafka: KafkaServer | None = None
         self.kafka_external: KafkaServer | None = None
         self.transport: Any = None
@@ -144,6 +149,7 @@ class SinkNode:
             log_dir=os.path.abspath(cfg.data_dir),
         )
         self.service.offsets.start()  # expiry rounds (acts only while leading)
+        self._start_users()
         # The live configuration is the log's (sink.members): `peers` is the initial one.
         initial = {i: MemberAddress(p.raft, p.kafka, p.read_api) for i, p in cfg.peers.items()}
         self.members = MembershipOperator(self.node, self.fsm, initial)
@@ -188,17 +194,52 @@ class SinkNode:
             cfg.node_id, cfg.listen("raft"), others, options=options, security=security
         )
 
+    def _start_users(self) -> None:
+        """SASL users (sink.security.user_service): read by every listener's logins,
+        the bootstrap users written by the first ready leader (also when SASL is off,
+        so users can exist before it is turned on)."""
+        sasl = self.config.sasl
+        self.users = UserService(
+            lambda: self.fsm.users,
+            self.service._apply_entry,
+            is_leader=self.node.is_leader,
+            leader_ready=self.service.leader_ready,
+            bootstrap=sasl.users(),
+            iterations=sasl.iterations,
+        )
+        self.service.users = self.users  # type: ignore[attr-defined]
+        self.fsm.on_leader_change.append(self.users.on_leadership_change)
+        self.users.on_leadership_change()  # led before the callback was registered
+
+    def _sasl(self) -> tuple[SaslPolicy | None, Login | None]:
+        """The listeners' SASL policy (None: open) and the relay's login."""
+        sasl = self.config.sasl
+        if not sasl.enabled:
+            return None, None
+        mechs = sasl.mechanism_list()
+        policy = SaslPolicy(mechs, sasl.session_lifetime_ms, fake_key())
+        who = sasl.relay_login()
+        if who is None:
+            return policy, None
+        scram = [m for m in ("SCRAM-SHA-512", "SCRAM-SHA-256") if m in mechs]
+        return policy, Login(scram[0] if scram else PLAIN, *who)
+
     async def _start_kafka(self) -> None:
         cfg = self.config
         host, port = parse_hostport("kafka.listen", cfg.listen("kafka"))
         # One memory budget for the node: every listener draws on it.
         memory = NodeMemory.of(cfg.kafka.limits)
         ssl_context = self.tls.kafka if self.tls is not None else None
-        tls = {
+        policy, relay = self._sasl()
+        security = {
             "ssl_context": ssl_context,
             "forward_tls": (lambda: ssl_context.forward) if ssl_context is not None else None,
+            "sasl": policy,
+            "relay_login": relay,
         }
-        self.kafka = KafkaServer(self.service, host, port, cfg.kafka.limits, memory=memory, **tls)
+        self.kafka = KafkaServer(
+            self.service, host, port, cfg.kafka.limits, memory=memory, **security
+        )
         await self.kafka.start()
         if cfg.kafka.external_listen:
             ehost, eport = parse_hostport("kafka.external_listen", cfg.kafka.external_listen)
@@ -213,7 +254,7 @@ class SinkNode:
                 cfg.kafka.limits,
                 advertised=advertised,
                 memory=memory,
-                **tls,
+                **security,
             )
             await self.kafka_external.start()
 
@@ -362,6 +403,8 @@ class SinkNode:
             await self.member_watch.stop()
         if self.producer_expiry is not None:
             await self.producer_expiry.stop()
+        if self.users is not None:
+            self.users.stop()
         for kafka in (self.kafka, self.kafka_external):
             if kafka is not None:
                 await kafka.stop()

@@ -17,6 +17,7 @@ Every command starts with a one-byte tag. Encoding is explicit struct packing
     CREATE_TOPIC_WITH_CONFIGS b"U" | a topic and its configs in one entry (sink/topics/state.py)
     DELETE_TOPIC b"D", CREATE_PARTITIONS b"A", DELETE_RECORDS b"R",
     EXPIRE_PRODUCERS b"X"   topic admin and producer expiry (sink/state/admin_commands.py)
+    ALTER_USERS b"S" | SASL users' SCRAM credentials (sink/state/users.py)
 """
 
 from __future__ import annotations

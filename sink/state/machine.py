@@ -39,6 +39,7 @@ from sink.state.groups import GroupStore
 from sink.state.members import MEMBER_ADDRESSES, MemberTable
 from sink.state.partitions import PartitionLog
 from sink.state.producers import SEQ_MODULUS, ProducerTable
+from sink.state.users import ALTER_USERS, UserTable
 from sink.topics import retention as topic_retention
 from sink.topics import state as topic_state
 from sink.topics.configs import TopicConfigError, validate_all
@@ -113,6 +114,8 @@ class SinkStateMachine(StateMachine):
         self.groups = GroupStore()
         # Member addresses (MEMBER_ADDRESSES entries; sink.members).
         self.members = MemberTable()
+        # SASL users' SCRAM credentials (ALTER_USERS entries; sink.state.users).
+        self.users = UserTable()
 
     # ------------------------------------------------------------ wiring
 
@@ -173,6 +176,8 @@ class SinkStateMachine(StateMachine):
                 results.append(self._apply_members(e))
             elif tag in acmd.TAGS:
                 results.append(self._apply_admin(tag, e))
+            elif tag == ALTER_USERS:
+                results.append(self._apply_users(e))
             else:  # never crash a node over one entry it cannot read
                 log.error("sink.apply unknown command tag=%r index=%d", tag, e.index)
                 results.append(None)
@@ -257,6 +262,14 @@ class SinkStateMachine(StateMachine):
             return self.members.apply(e.data)
         except ValueError as exc:
             log.error("sink.apply unreadable member entry index=%d: %r", e.index, exc)
+
+    def _apply_users(self, e: LogEntry) -> list | None:
+        """SASL user changes (sink.state.users): (user, error, message) per op."""
+        try:
+            return self.users.apply(e.data)
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            log.error("sink.apply unreadable users entry index=%d: %r", e.index, exc)
+            return None
 
     def _apply_admin(self, tag: int, e: LogEntry) -> Any:
         """Topic admin and producer expiry (sink/state/topic_admin.py)."""
@@ -498,6 +511,7 @@ class SinkStateMachine(StateMachine):
             "retention": self.retention.to_json(),
             "groups": self.groups.to_json(),
             "members": self.members.to_json(),
+            "users": self.users.to_json(),
         }
         return zlib.compress(json.dumps(state, separators=(",", ":")).encode(), 1)
 
@@ -523,4 +537,5 @@ class SinkStateMachine(StateMachine):
         self.retention.load_json(state.get("retention", []))
         self.groups = GroupStore.from_json(state.get("groups", []))
         self.members = MemberTable.from_json(state.get("members", []))
+        self.users = UserTable.from_json(state.get("users", {}))
         self._notify_data()

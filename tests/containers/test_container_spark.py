@@ -32,7 +32,7 @@ def spark():
 
     t0 = time.monotonic()
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,4]")  # 4 attempts per task
         .appName("raftsink-container-test")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")

@@ -187,9 +187,11 @@ def start_member(
     group: str,
     instance_id: str = "",
     session_ms: int = 10000,
+    env: dict[str, str] | None = None,
 ) -> Member:
-    """Start one member of `group` on `topic` with `client` (one of CLIENTS)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    """Start one member of `group` on `topic` with `client` (one of CLIENTS); env: extra
+    environment of the member process (e.g. KAFKAJS_MEMBER_RETRIES)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     kcat = client == "kcat"
     if client in ("confluent", "confluent-coop", "kafka-python", "aiokafka"):
         cmd = [

@@ -183,6 +183,34 @@ def test_confluent_group_join_leave_each_record_once(cluster):
         g.close_all()
 
 
+def test_assign_only_group_is_listed_and_described_empty(cluster):
+    """A confluent-kafka consumer that assign()s and commits (no subscribe, so no JoinGroup)
+    leaves a group with committed offsets only; Kafka lists it (kafka-consumer-groups
+    --list, AdminClient.list_consumer_groups) as an Empty group with protocol type "".
+    DeleteGroups deletes it with its offsets."""
+    boot, topic, group = cluster.bootstrap_servers, "assign-t", "assign-only-g"
+    produce(boot, topic, 0, 12)
+    c = ck.Consumer({"bootstrap.servers": boot, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        _until(lambda: c.poll(0.2) is not None, 60, "a record of the assigned partitions")
+        c.commit(offsets=[ck.TopicPartition(topic, 0, 1)], asynchronous=False)
+    finally:
+        c.close()
+    admin = AdminClient({"bootstrap.servers": boot})
+
+    def listed():
+        res = admin.list_consumer_groups().result(timeout=20)
+        return {g.group_id: g for g in res.valid}.get(group)
+
+    g = _until(listed, 60, f"{group} in ListGroups")
+    assert g.state.name == "EMPTY" and g.is_simple_consumer_group, g
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=20)
+    assert (desc.state.name, desc.members, desc.partition_assignor) == ("EMPTY", [], "")
+    admin.delete_consumer_groups([group])[group].result(timeout=20)
+    _until(lambda: listed() is None, 30, f"{group} gone from ListGroups")
+
+
 def test_confluent_static_member_restart_without_rebalance(cluster):
     boot, topic, group = cluster.bootstrap_servers, "static-t", "static-g"
     produce(boot, topic, 0, 1)

@@ -34,6 +34,7 @@ SCRIPT = ROOT / "scripts" / "librdkafka-tests.sh"
 # test number -> what it checks (the suite's own names)
 RUN = {
     "0018": "cgrp_term: consumers in a group, one closes, the others take its partitions",
+    "0019": "list_groups: ListGroups/DescribeGroups of groups with members, from every broker",
     "0029": "assign_offset: assign() with explicit offsets, committed offsets honoured",
     "0030": "offset_commit: sync/async/auto commits read back with committed()",
     "0050": "subscribe_adds: subscription grows; rebalance picks up new topics",
@@ -47,7 +48,6 @@ RUN = {
 }
 # test number -> why it does not run here
 SKIP = {
-    "0019": "list_groups: needs ListGroups/DescribeGroups (groups branch); added when merged",
     "0045": "subscribe_update: deletes topics (DeleteTopics, issue 14) and uses the mock broker",
     "0069": "consumer_add_parts: adds partitions (CreatePartitions, issue 14)",
     "0089": "max_poll_interval: waits out max.poll.interval.ms several times (minutes)",

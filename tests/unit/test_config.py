@@ -117,6 +117,10 @@ _STR_SAMPLES = {
     "tls.ca_file": "/etc/raftsink/ca.pem",
     "tls.kafka_client_auth": "required",
     "tls.read_api_client_auth": "none",
+    "sasl.mechanisms": "SCRAM-SHA-512",
+    "sasl.bootstrap_users": "admin:secret",
+    "sasl.bootstrap_users_file": "/etc/raftsink/users",
+    "sasl.relay_user": "admin",
 }
 _SPECIAL: dict[str, Any] = {
     "node.id": 2,

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from sink.kafka.handlers import (
     alter_client_quotas,
     alter_configs,
+    alter_user_scram_credentials,
     api_versions,
     create_partitions,
     create_topics,
@@ -29,6 +30,7 @@ from sink.kafka.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_user_scram_credentials,
     fetch,
     find_coordinator,
     heartbeat,
@@ -44,6 +46,8 @@ from sink.kafka.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
 )
 from sink.kafka.handlers.api import Api, Call, Response, answered, later
@@ -81,6 +85,10 @@ _MODULES = (
     describe_cluster,
     describe_log_dirs,
     describe_producers,
+    sasl_handshake,
+    sasl_authenticate,
+    describe_user_scram_credentials,
+    alter_user_scram_credentials,
 )
 
 REGISTRY: MappingProxyType[int, Api] = MappingProxyType(

@@ -45,7 +45,7 @@ async def run(ctx: HandlerContext, call: Call, *, incremental: bool) -> bytes:
     ep = lead.forward_endpoint()
     if not lead.is_leader() and ep is not None and ep[0] != lead.node_id and call.frame:
         try:
-            return await forward_frame(ep[1], ep[2], call.frame)
+            return await forward_frame(ep[1], ep[2], call.frame, login=ctx.relay_login)
         except ForwardError as exc:
             log.warning("kafka.forward alter_configs failed: %s", exc)
     out = []

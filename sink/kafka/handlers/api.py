@@ -49,6 +49,9 @@ class Call(NamedTuple):
     Produce is served from its parsed records); 0: len(frame)."""
     client_host: str = ""
     """The client's address as Kafka reports it ("/127.0.0.1"; DescribeGroups); "": unknown."""
+    sasl: Any = None
+    """The connection's SASL state (sink.security.SaslSession: the principal, the
+    handshake); None: the listener requires no SASL."""
 
 
 Handle = Callable[[HandlerContext, Call], Awaitable["asyncio.Future[Response]"]]

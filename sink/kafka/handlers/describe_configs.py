@@ -51,7 +51,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
 
 async def _relay(ctx: HandlerContext, call: Call, ep: tuple[int, str, int]) -> Response:
     try:
-        return await forward_frame(ep[1], ep[2], call.frame)
+        return await forward_frame(ep[1], ep[2], call.frame, login=ctx.relay_login)
     except ForwardError:  # the leader is unreachable: answer from what is applied here
         return _answer(ctx, call)
 

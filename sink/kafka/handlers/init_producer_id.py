@@ -39,7 +39,7 @@ async def _run(ctx: HandlerContext, call: Call) -> bytes:
         err, pid, epoch = ErrorCode.transactional_id_authorization_failed, -1, -1
     elif not lead.is_leader() and ep is not None and ep[0] != lead.node_id and call.frame:
         try:
-            return await forward_frame(ep[1], ep[2], call.frame)
+            return await forward_frame(ep[1], ep[2], call.frame, login=ctx.relay_login)
         except ForwardError as exc:
             log.warning("kafka.forward init_producer_id failed: %s", exc)
             err, pid, epoch = ErrorCode.not_coordinator, -1, -1

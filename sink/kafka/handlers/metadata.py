@@ -86,7 +86,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         ):
             # Auto-creation goes through the log: let the leader answer (it creates).
             try:
-                resp = await forward_frame(ep[1], ep[2], call.frame)
+                resp = await forward_frame(ep[1], ep[2], call.frame, login=ctx.relay_login)
                 if ctx.advertised.forwarded_replies_usable:
                     return answered(resp)
                 # Created by now; answer below with this listener's addresses.

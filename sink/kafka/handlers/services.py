@@ -231,6 +231,26 @@ class TopicConfigAdmin(Protocol):
     ) -> CreateOutcome: ...
 
 
+class UserAdmin(Protocol):
+    """SASL users (sink.security.users.UserService): read from the applied state,
+    changed through the log on the controller (Raft leader)."""
+
+    def describe_users(self) -> list[tuple[str, list[tuple[str, int]]]]:
+        """[(user, [(mechanism, iterations)])] of every user, sorted."""
+        ...
+
+    def credential(self, user: str, mechanism: str) -> Any:
+        """The user's stored ScramCredential for mechanism, or None (SASL logins)."""
+        ...
+
+    async def alter_users(
+        self, ops: list[dict]
+    ) -> list[tuple[str, ErrorCode, str | None]] | ErrorCode:
+        """sink.state.users ops through the log -> per op (user, error, message), or
+        one error for all (NOT_CONTROLLER off the leader, a failed write)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Advertised:
     """The cluster as one Kafka listener shows it to its clients."""
@@ -267,6 +287,11 @@ class HandlerContext:
     """The group coordinator (None: the group APIs answer COORDINATOR_NOT_AVAILABLE)."""
     lifecycle: TopicLifecycleAdmin | None = None
     """Topic deletion, partition growth, DeleteRecords, log dirs (None: refused)."""
+    users: UserAdmin | None = None
+    """SASL users (None: Describe/AlterUserScramCredentials refused)."""
+    relay_login: Any = None
+    """The login (sink.security.sasl_client.Login) a follower relays to the leader
+    with, when the leader's listener requires SASL; None: relays send no login."""
 
     @classmethod
     def of_node(
@@ -293,6 +318,7 @@ class HandlerContext:
             topic_configs=service if hasattr(service, "alter_topic_configs") else None,
             groups=getattr(service, "groups", None),
             lifecycle=service if hasattr(service, "delete_records") else None,
+            users=getattr(service, "users", None),
         )
 
     @property

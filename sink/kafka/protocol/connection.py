@@ -22,9 +22,12 @@ send(). This machine owns everything that needs no socket:
   log lines;
 - a closed set of reasons to close (CloseReason).
 
-SASL handshake state and ACL checks belong here: between the parse and the
-Request event (an unauthenticated client's requests other than ApiVersions and
-SaslHandshake/Authenticate would be refused here, testable without sockets).
+- the SASL gate (auth, a sink.security.SaslSession on a listener that requires
+  SASL): before a request is parsed, auth.refusal(api_key) may close the
+  connection (a request before authentication, after a failed one, or past the
+  session's lifetime: Kafka closes there too); while auth.raw_tokens (after a v0
+  SaslHandshake) a frame is a raw SASL token (SaslToken), not a request.
+ACL checks will sit beside the gate.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import functools
 import mmap
 import struct
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from kio.schema.index import api_key_map
 from kio.serial import entity_reader
@@ -91,6 +94,7 @@ class CloseReason(enum.Enum):
     MALFORMED = "malformed request"
     NO_ERROR_ANSWER = "no error answer could be formed"
     SHUTDOWN = "server shutdown"
+    AUTHENTICATION = "authentication"
 
 
 class NeedData(NamedTuple):
@@ -129,12 +133,28 @@ class Answer(NamedTuple):
     reserved: int = 0
 
 
+class SaslToken(NamedTuple):
+    """A raw SASL token (after a v0 SaslHandshake): the frame's bytes, no header.
+    Answered with the raw challenge, size-prefixed (send())."""
+
+    token: bytes | memoryview
+    reserved: int = 0
+
+
 class Close(NamedTuple):
     reason: CloseReason
     detail: str
 
 
-Event = NeedData | NeedMemory | Request | Answer | Close
+class AuthGate(Protocol):
+    """The SASL state the machine consults (sink.security.SaslSession)."""
+
+    @property
+    def raw_tokens(self) -> bool: ...
+    def refusal(self, api_key: int) -> str | None: ...
+
+
+Event = NeedData | NeedMemory | Request | Answer | SaslToken | Close
 
 
 def api_name(api_key: int) -> str:
@@ -167,8 +187,11 @@ class ConnectionState:
         invalid_answer: Callable[[int, int, int], bytes | None],
         fallback: Callable[[int], bytes],
         budgeted: bool = False,
+        auth: AuthGate | None = None,
     ) -> None:
-        """budgeted: ask for each frame's memory (NeedMemory) before reading its body."""
+        """budgeted: ask for each frame's memory (NeedMemory) before reading its body.
+        auth: the SASL gate of a listener that requires SASL (None: open)."""
+        self.auth = auth
         self.max_frame_bytes = max_frame_bytes
         self.budgeted = budgeted
         self.supported = supported
@@ -271,7 +294,7 @@ class ConnectionState:
                 CloseReason.FRAME_TOO_LARGE,
                 f"frame of {size} bytes exceeds max_frame_bytes={self.max_frame_bytes}",
             )
-        if size < MIN_FRAME:
+        if size < MIN_FRAME and not (self.auth is not None and self.auth.raw_tokens):
             return self._close(
                 CloseReason.FRAME_TOO_SHORT,
                 f"frame of {size} bytes is too short for a request header",
@@ -305,11 +328,13 @@ class ConnectionState:
 
     def _parse(self, frame: bytes | memoryview, reserved: int) -> Event:
         ev = self._parse_frame(frame)
-        if reserved and isinstance(ev, (Request, Answer)):
+        if reserved and isinstance(ev, (Request, Answer, SaslToken)):
             ev = ev._replace(reserved=reserved)
         return ev
 
     def _parse_frame(self, frame: bytes | memoryview) -> Event:
+        if self.auth is not None and self.auth.raw_tokens:
+            return SaslToken(frame)
         api_key, version, corr = _HEAD.unpack_from(frame, 0)
         if self.client_id is None:  # the first request: name the client in any refusal
             self.client_id = raw_client_id(frame)
@@ -320,6 +345,12 @@ class ConnectionState:
                 f"unsupported version {version} of {api_name(api_key)} from {self.client()}: "
                 "answered with the v0 fallback",
             )
+        if self.auth is not None:
+            why = self.auth.refusal(api_key)
+            if why is not None:
+                return self._close(
+                    CloseReason.AUTHENTICATION, f"{why} ({api_name(api_key)}) from {self.client()}"
+                )
         rng = self.supported.get(api_key)
         if rng is None:
             return self._close(

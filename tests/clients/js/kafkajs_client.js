@@ -25,9 +25,12 @@
 //     event, the protocol of tests/clients/py/group_member.py: ready, assignment (on each
 //     GROUP_JOIN), recs (one batch, before its commit), commit (after commitOffsets returned),
 //     commit_failed, error, closed. KafkaJS has no cooperative protocol and no static membership.
+//     KAFKAJS_MEMBER_RETRIES sets its retry count (default 50).
 // Keys and values are printed as UTF-8 strings (the test only uses text).
 // TLS (tests/integration/test_tls_clients.py): KAFKAJS_SSL_CA (a PEM file) turns it on;
 // KAFKAJS_SSL_CERT and KAFKAJS_SSL_KEY add a client certificate.
+// KAFKAJS_SASL (JSON {"mechanism": "scram-sha-512" | "plain", "username", "password"}): log in
+// with SASL (SASL_PLAINTEXT), for tests/integration/test_sasl_clients.py.
 'use strict'
 
 const fs = require('fs')
@@ -57,6 +60,7 @@ const kafka = new Kafka({
           : {}),
       }
     : undefined,
+  sasl: process.env.KAFKAJS_SASL ? JSON.parse(process.env.KAFKAJS_SASL) : undefined,
   logCreator: () => ({ level, log }) => {
     logs.push(`${log.message}${log.error ? ': ' + log.error : ''}`)
   },
@@ -221,7 +225,14 @@ async function member() {
     heartbeatInterval: Math.max(100, Number(process.env.KAFKAJS_SESSION_MS || 10000) / 10),
     rebalanceTimeout: 30000,
     maxWaitTimeInMs: 100,
-    retry: { retries: 50, initialRetryTime: 100, maxRetryTime: 1000 },
+    // KAFKAJS_MEMBER_RETRIES (default 50): the consumer's retry count. Its retrier giving up
+    // is what restarts a KafkaJS consumer, the only way it leaves a coordinator that died
+    // (the leader-kill test uses KafkaJS's default, 5).
+    retry: {
+      retries: Number(process.env.KAFKAJS_MEMBER_RETRIES || 50),
+      initialRetryTime: 100,
+      maxRetryTime: 1000,
+    },
   })
   let stopping = false
   const stop = async () => {

@@ -6,6 +6,7 @@ the coordinator's timer runs between requests."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
@@ -13,10 +14,12 @@ from kio.serial import entity_reader
 from sink.groups import GroupOptions, GroupRuntime
 from sink.kafka.handlers import REGISTRY, Call
 from sink.kafka.protocol import request_schema, response_schema
+from sink.state import commands
 from tests.unit.sink.memory_services import MemoryNode
 from tests.unit.sink.requests import SUBSCRIPTION, encode, request_values
 
 JOIN, HEARTBEAT, LEAVE, SYNC, DESCRIBE, LIST, DELETE, FIND = 11, 12, 13, 14, 15, 16, 42, 10
+COMMIT = 8
 
 
 async def call(node: MemoryNode, api_key: int, version: int, values: dict | None = None):
@@ -247,5 +250,74 @@ def test_session_expiry_runs_on_the_loop_timer():
             assert loop.time() < deadline, "member never evicted"
             await asyncio.sleep(0.05)
         assert node.fsm.groups.groups["g"].members == ()
+
+    asyncio.run(run())
+
+
+def test_groups_with_only_committed_offsets_are_listed_described_and_deleted_as_empty():
+    """Kafka loads a group that only has committed offsets (an assign() consumer's, an
+    admin tool's) as an Empty group without a protocol type: ListGroups lists it with
+    protocol_type "", DescribeGroups describes it Empty, DeleteGroups deletes it and its
+    offsets. A group with members is listed beside it as before."""
+
+    async def run():
+        node = MemoryNode()
+        node.apply(commands.encode_create_topic("t", 2, uuid.uuid4()))
+        commit = {
+            "group_id": "simple",
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "topics": [
+                {
+                    "name": "t",
+                    "partitions": [
+                        {
+                            "partition_index": 1,
+                            "committed_offset": 7,
+                            "committed_leader_epoch": -1,
+                            "commit_timestamp": -1,
+                            "committed_metadata": "",
+                        }
+                    ],
+                }
+            ],
+        }
+        r = await call(node, COMMIT, 8, commit)
+        assert r.topics[0].partitions[0].error_code == ErrorCode.none
+        await joined(node, 9)  # "g": a group with a member (PreparingRebalance/Stable)
+        for v in range(6):
+            lg = await call(node, LIST, v)
+            listed = {x.group_id: x for x in lg.groups}
+            assert set(listed) == {"g", "simple"}, v
+            assert listed["simple"].protocol_type == ""
+            assert listed["g"].protocol_type == "consumer"
+            if v >= 4:
+                assert listed["simple"].group_state == "Empty"
+        only_empty = await call(node, LIST, 4, {"states_filter": ["empty"]})
+        assert [x.group_id for x in only_empty.groups] == ["simple"]
+        stable = await call(node, LIST, 4, {"states_filter": ["Stable"]})
+        assert "simple" not in [x.group_id for x in stable.groups]
+        classic = await call(node, LIST, 5, {"types_filter": ["classic"]})
+        assert "simple" in [x.group_id for x in classic.groups]
+        assert (await call(node, LIST, 5, {"types_filter": ["consumer"]})).groups == ()
+        for v in range(6):
+            (d,) = (await call(node, DESCRIBE, v, {"groups": ["simple"]})).groups
+            assert (int(d.error_code), d.group_state, d.protocol_type, d.protocol_data) == (
+                ErrorCode.none,
+                "Empty",
+                "",
+                "",
+            )
+            assert d.members == ()
+        dr = await call(node, DELETE, 2, {"groups_names": ["simple", "nope"]})
+        assert [(x.group_id, int(x.error_code)) for x in dr.results] == [
+            ("simple", ErrorCode.none),
+            ("nope", ErrorCode.group_id_not_found),
+        ]
+        assert not node.fsm.group_offsets.has_group("simple")
+        lg = await call(node, LIST, 3)
+        assert [x.group_id for x in lg.groups] == ["g"]
+        (d,) = (await call(node, DESCRIBE, 5, {"groups": ["simple"]})).groups
+        assert d.group_state == "Dead"
 
     asyncio.run(run())

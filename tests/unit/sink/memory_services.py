@@ -100,6 +100,7 @@ class MemoryNode:
             ready_term=lambda: self.term if self.leader_ready() else None,
             records=lambda: self.fsm.groups.records(),
             slot_owner=lambda _slot: self.lead,
+            offset_holders=lambda: self.fsm.group_offsets,
         )
         self.offsets.membership = self.groups
         # TopicLifecycleAdmin: the real sink.topics code over this node's "log".

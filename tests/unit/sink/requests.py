@@ -229,6 +229,25 @@ def request_values(api_key: int, records: bytes | None = None) -> dict:
         return {"topics": [{"name": "t", "partition_indexes": [0, 1]}]}
     if api_key == 60:
         return {"include_cluster_authorized_operations": False, "endpoint_type": 1}
+    if api_key == 17:
+        return {"mechanism": "SCRAM-SHA-512"}
+    if api_key == 36:
+        return {"auth_bytes": b"n,,n=alice,r=abc"}
+    if api_key == 50:
+        return {"users": [{"name": "alice"}]}
+    if api_key == 51:
+        return {
+            "deletions": [{"name": "bob", "mechanism": 1}],
+            "upsertions": [
+                {
+                    "name": "alice",
+                    "mechanism": 2,
+                    "iterations": 4096,
+                    "salt": b"s" * 16,
+                    "salted_password": b"p" * 64,
+                }
+            ],
+        }
     raise KeyError(api_key)
 
 
