@@ -50,8 +50,8 @@ from sink.readapi.server import ReadApiService
 from sink.security.sasl import PLAIN, SaslPolicy
 from sink.security.sasl_client import Login
 from sink.security.sasl_options import fake_key
-from sink.security.user_service import UserService
 from sink.security.tls import NodeTls
+from sink.security.user_service import UserService
 from sink.service import SinkService
 from sink.state import SinkStateMachine
 from sink.state.members import MemberAddress
