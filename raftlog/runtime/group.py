@@ -164,6 +164,7 @@ class RaftGroup(GroupClientMixin):
         self._last_hs = HardState()
         self._saved_hs = HardState()
         self._last_snapshot_index = 0
+        self._store_lock = asyncio.Lock()
         self._last_checkpoint = time.monotonic()
 
     # ---------------------------------------------------------------- start
@@ -613,23 +614,29 @@ class RaftGroup(GroupClientMixin):
         records there (chaos: "final read incomplete"). Snapshots between the base and
         the newest are the later cut points, thinned to KEEP_CUT_POINTS."""
         try:
-            await asyncio.to_thread(self.snapshots.save, snap)
-            await self.queue.save_snapshot_meta(snap.meta)
-            upto = snap.meta.index - self.options.snapshot_keep_entries
-            if self._compaction_limit is not None:
-                limit = self._compaction_limit()
-                if limit is not None:
-                    upto = min(upto, limit)
-            cut = max((i for i in self.snapshots.indexes() if i <= upto), default=0)
-            if cut >= self.queue.first_index():
-                await self.queue.truncate_prefix(cut)
-            base = self.queue.first_index() - 1
-            keep = cut_points(self.snapshots.indexes(), base, KEEP_CUT_POINTS)
-            doomed = self.snapshots.forget(keep)  # on the loop: no chunk is being read
-            if doomed:
-                await asyncio.to_thread(self.snapshots.delete_files, doomed)
+            # One at a time: the cut and the choice of snapshots to keep read the first
+            # index, which another store's cut (on the disk thread) would move under them.
+            async with self._store_lock:
+                await self._store_snapshot_locked(snap)
         except Exception as exc:
             self._fail(exc)
+
+    async def _store_snapshot_locked(self, snap: Snapshot) -> None:
+        await asyncio.to_thread(self.snapshots.save, snap)
+        await self.queue.save_snapshot_meta(snap.meta)
+        upto = snap.meta.index - self.options.snapshot_keep_entries
+        if self._compaction_limit is not None:
+            limit = self._compaction_limit()
+            if limit is not None:
+                upto = min(upto, limit)
+        cut = max((i for i in self.snapshots.indexes() if i <= upto), default=0)
+        if cut >= self.queue.first_index():
+            await self.queue.truncate_prefix(cut)
+        base = self.queue.first_index() - 1
+        keep = cut_points(self.snapshots.indexes(), base, KEEP_CUT_POINTS)
+        doomed = self.snapshots.forget(keep)  # on the loop: no chunk is being read
+        if doomed:
+            await asyncio.to_thread(self.snapshots.delete_files, doomed)
 
     def _housekeep(self, now: float) -> None:
         """Proposal/read timeouts and the commit checkpoint (the host's
