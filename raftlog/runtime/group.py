@@ -165,6 +165,8 @@ class RaftGroup(GroupClientMixin):
         self._saved_hs = HardState()
         self._last_snapshot_index = 0
         self._store_lock = asyncio.Lock()
+        # Highest index the application released to compaction at a snapshot (this process)
+        self._released = 0
         self._last_checkpoint = time.monotonic()
 
     # ---------------------------------------------------------------- start
@@ -277,9 +279,16 @@ class RaftGroup(GroupClientMixin):
         return self.applied
 
     def first_index(self) -> int:
-        """First index still in the log (entries before it were compacted into a
-        snapshot). Valid after start()."""
-        return self.queue.first_index()
+        """First index the application may still read (entries before it were compacted
+        into a snapshot). Valid after start().
+
+        The log is cut only at a kept snapshot (see _store_snapshot), so entries the last
+        snapshot released (below snapshot_keep_entries and the compaction limit) may still
+        be on disk, below the cut point a rebuilt follower needs; they are not offered: this
+        index follows the release, as it did when the cut was exact. After a restart it
+        starts from the cut (no release yet), so it may be a little lower until the next
+        snapshot: the same entries, readable again, never different ones."""
+        return max(self.queue.first_index(), self._released + 1)
 
     def read_committed(self, start: int, max_count: int, max_bytes: int) -> list[LogEntry]:
         """Committed entries from `start` on: at most max_count entries and, past the
@@ -629,6 +638,7 @@ class RaftGroup(GroupClientMixin):
             limit = self._compaction_limit()
             if limit is not None:
                 upto = min(upto, limit)
+        self._released = max(self._released, min(upto, snap.meta.index))
         cut = max((i for i in self.snapshots.indexes() if i <= upto), default=0)
         if cut >= self.queue.first_index():
             await self.queue.truncate_prefix(cut)

@@ -64,12 +64,21 @@ def test_a_follower_rebuilt_by_a_snapshot_holds_the_leaders_whole_log(tmp_path, 
             shutil.rmtree(os.path.join(str(tmp_path), f"n{other}"))
         for k in range(4):
             await asyncio.gather(*(leader.apply(b"s%d-%d" % (k, i)) for i in range(50)))
-        # the leader's newest snapshot is ahead of where its log starts
+        # the leader's newest snapshot is ahead of where its log starts (the periodic one
+        # is deferred while the applied entries are not durable here: ask for it then)
         await wait_until(
-            lambda: leader.snapshots.latest_meta().index >= 200 and leader.first_index() > 50,
+            lambda: leader.applied <= leader.core.log.stable_last(), what="applied durable"
+        )
+        leader.snapshot_now()
+        await wait_until(
+            lambda: (
+                leader.snapshots.latest_meta().index == leader.applied
+                and not leader._store_lock.locked()
+                and leader.queue.first_index() > 50
+            ),
             what="snapshots and a cut on the leader",
         )
-        assert leader.first_index() - 1 < leader.snapshots.latest_meta().index
+        assert leader.queue.first_index() - 1 < leader.snapshots.latest_meta().index
         node = await c.start_node(other)
         await wait_until(
             lambda: node.applied >= leader.applied and len(c.fsms[other].applied) >= 200,
@@ -79,9 +88,13 @@ def test_a_follower_rebuilt_by_a_snapshot_holds_the_leaders_whole_log(tmp_path, 
         assert c.fsms[other].applied == c.fsms[leader.id].applied
         # its log reaches as far back as the leader's: whatever the leader can still read
         # out of its log (sink: Kafka records), the rebuilt follower can too
-        first = leader.first_index()  # nothing applied since: no new snapshot or cut
-        assert node.first_index() <= first
+        first = leader.queue.first_index()  # nothing applied since: no new snapshot or cut
+        assert node.queue.first_index() <= first
         assert _entries(node, first) == _entries(leader, first)
+        # what the application is offered starts where it released entries, not at the cut
+        assert leader.first_index() - 1 == min(
+            leader.snapshots.latest_meta().index - keep, limit or leader.applied
+        )
         await c.stop()
 
     run(main())
@@ -93,7 +106,9 @@ def test_the_log_is_cut_only_at_a_kept_snapshot(tmp_path):
 
     async def main():
         limit = [0]
-        opts = dataclasses.replace(FAST, snapshot_every_entries=20, snapshot_keep_entries=0)
+        opts = dataclasses.replace(
+            FAST, snapshot_every_entries=1_000_000, snapshot_keep_entries=0
+        )  # snapshots only when asked (snapshot_now): one per round
         c = InProcessRaftCluster(str(tmp_path), options=opts, compaction_limit=lambda: limit[0])
         await c.start()
         leader = await c.leader()
@@ -101,16 +116,24 @@ def test_the_log_is_cut_only_at_a_kept_snapshot(tmp_path):
             limit[0] = k * 17
             await asyncio.gather(*(leader.apply(b"c%d-%d" % (k, i)) for i in range(20)))
             await wait_until(
-                lambda: leader.snapshots.latest_meta().index >= leader.applied - 20,
-                what="a snapshot",
+                lambda: leader.applied <= leader.core.log.stable_last(), what="applied durable"
             )
-            base = leader.first_index() - 1
+            assert leader.snapshot_now() is True
+            await wait_until(
+                lambda: (
+                    leader.snapshots.latest_meta().index == leader.applied
+                    and not leader._store_lock.locked()
+                ),
+                what="the snapshot stored and the log cut",
+            )
+            base = leader.queue.first_index() - 1
             assert base <= limit[0]
+            assert base <= leader.first_index() - 1 <= limit[0]  # offered: what was released
             kept = leader.snapshots.indexes()
             assert base == 0 or base in kept, (base, kept)
             assert len(kept) <= 2 + 4, kept  # base, newest and the cut points between
             assert leader.core.log.reader.snapshot_meta().index == (base or kept[-1])
-        assert leader.first_index() > 100
+        assert leader.queue.first_index() > 100
         await c.stop()
 
     run(main())
