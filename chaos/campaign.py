@@ -292,6 +292,11 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         for op in ops
         if op["f"] == "final_read" and op["type"] == "ok"
     }
+    final_read_why = {
+        op["process"]: op["why"]
+        for op in ops
+        if op["f"] == "final_read" and op["type"] == "ok" and op.get("why")
+    }
     client_errors = {t.proc: dict(t.errors) for t in producers}
     client_errors.update({t.proc: dict(t.errors) for t in consumers})
     client_errors["kafka-hw"] = dict(kafka_hw.errors)
@@ -309,6 +314,7 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         ends=ends,
         caught_up=caught_up,
         final_reads=finals,
+        final_read_why=final_read_why,
         crashes=crashes,
         worker_crashes=worker_crashes,
         fatal_producer_errors={t.proc: t.fatal for t in producers if t.fatal},

@@ -53,11 +53,28 @@ ANOMALY_KINDS = (
 READ_KINDS = ("poll", "final_read")
 
 
+def _offset(op: Op) -> int:
+    """An acknowledgement's offset; -1 when the client reported none (librdkafka gives
+    msg.offset() None for a delivery whose produce response carried no offset; seen once,
+    seed 7, at the final flush)."""
+    o = op.get("offset")
+    return o if isinstance(o, int) and o >= 0 else -1
+
+
 def _acks(ops: Iterable[Op]) -> list[tuple[int, int, str, str]]:
     return [
         (op["partition"], op["offset"], op["value"], op["process"])
         for op in ops
-        if op["f"] == "send" and op["type"] == "ok" and op.get("offset", -1) >= 0
+        if op["f"] == "send" and op["type"] == "ok" and _offset(op) >= 0
+    ]
+
+
+def _acks_without_offset(ops: Iterable[Op]) -> list[tuple[int, str, str]]:
+    """Acknowledged sends with no offset: checkable only against a complete final read."""
+    return [
+        (op["partition"], op["value"], op["process"])
+        for op in ops
+        if op["f"] == "send" and op["type"] == "ok" and _offset(op) < 0
     ]
 
 
@@ -103,6 +120,18 @@ def lost_writes(ops: list[Op]) -> list[dict[str, Any]]:
                     "value": v,
                     "partition": p,
                     "acked_offset": o,
+                    "producer": proc,
+                    "read_horizon": horizon[p],
+                }
+            )
+    for p, v, proc in _acks_without_offset(ops):
+        if v not in seen and p in complete:
+            out.append(
+                {
+                    "kind": "lost_write",
+                    "value": v,
+                    "partition": p,
+                    "acked_offset": None,
                     "producer": proc,
                     "read_horizon": horizon[p],
                 }
@@ -272,7 +301,7 @@ def hw_backwards(ops: list[Op]) -> list[dict[str, Any]]:
     for op in ops:
         if op["type"] != "ok":
             continue
-        if op["f"] == "send" and op.get("offset", -1) >= 0:
+        if op["f"] == "send" and _offset(op) >= 0:
             # An acknowledged write: later linearizable reads must include it.
             samples[("read_api_lin", op["partition"])].append(
                 (invokes.get(op["id"], op["time"]), op["time"], op["offset"] + 1, "ack")

@@ -35,9 +35,11 @@ def build(**kw: Any) -> dict[str, Any]:
     for proc, ok in kw["caught_up"].items():
         if not ok:
             liveness.append(f"{proc} did not read to the end")
+    why = kw.get("final_read_why") or {}
     for proc, ok in kw["final_reads"].items():
         if not ok:
-            liveness.append(f"{proc} final read incomplete")
+            stop = f" ({why[proc]})" if proc in why else ""
+            liveness.append(f"{proc} final read incomplete{stop}")
     if not kw["final_reads"]:
         liveness.append("no final reads")
     if total or kw["crashes"]:

@@ -494,27 +494,36 @@ async def final_read_node(
     history: History,
     timeout: float = 60.0,
 ) -> bool:
-    """Node i's whole log of every partition up to ends (waiting for it to catch up)."""
+    """Node i's whole log of every partition up to ends (waiting for it to catch up).
+
+    Every partition is read from offset 0: the campaign's topic keeps everything (7-day
+    retention), so a node whose log start is above 0 lacks records the others hold (a
+    replica rebuilt without them), which is incomplete, not "compacted". When incomplete,
+    the op's `why` says where each unfinished partition stopped and the last error there
+    (e.g. the read API's OFFSET_OUT_OF_RANGE with the node's [log start, high watermark])."""
     proc = f"final-node-{i}"
     t_inv = history.now()
     deadline = time.monotonic() + timeout
     records: list[list] = []
     complete = True
+    why: list[str] = []
     for p, end in sorted(ends.items()):
         history.record("ok", "seek", proc, partition=p, offset=0)
         pos = 0
+        last_error = ""
         while pos < end:
             if time.monotonic() > deadline:
-                complete = False
                 break
             try:
                 reply = await client.fetch(
                     topic, p, pos, max_bytes=4 * 1024 * 1024, max_wait_ms=200, timeout=5.0
                 )
-            except grpc.aio.AioRpcError:
+            except grpc.aio.AioRpcError as exc:
+                last_error = exc.code().name
                 await asyncio.sleep(0.2)
                 continue
             if reply.error_code:
+                last_error = f"error {reply.error_code}: {reply.error}"
                 await asyncio.sleep(0.1)  # behind (out of range) or not yet created
                 continue
             recs = decode_batches(reply.batches, pos)
@@ -523,6 +532,7 @@ async def final_read_node(
                 pos = recs[-1][0] + 1
         if pos < end:
             complete = False
+            why.append(f"p{p} at {pos} of {end}" + (f": {last_error}" if last_error else ""))
     history.record_span(
         t_inv,
         "ok",
@@ -533,5 +543,6 @@ async def final_read_node(
         complete=complete,
         ends={str(p): e for p, e in ends.items()},
         records=records,
+        **({"why": "; ".join(why)} if why else {}),
     )
     return complete

@@ -57,6 +57,27 @@ if TYPE_CHECKING:  # the host imports this module
 log = logging.getLogger("raftlog.runtime")
 
 
+KEEP_CUT_POINTS = 4
+"""Snapshots kept between the base (first_index - 1) and the newest: the points the log
+can be cut at next. With the compaction limit W entries behind the newest snapshot, the
+log holds about W * (1 + 1 / KEEP_CUT_POINTS) plus one snapshot period."""
+
+
+def cut_points(indexes: list[int], base: int, most: int) -> set[int]:
+    """The snapshot indexes to keep: base (if held), the newest, and at most `most` in
+    between, dropping first the one whose neighbours are closest (so the kept ones stay
+    evenly spread). Everything below base goes: the log no longer reaches it."""
+    if not indexes:
+        return set()
+    newest = max(indexes)
+    between = sorted(i for i in indexes if base < i < newest)
+    while len(between) > most:
+        points = [base, *between, newest]
+        k = min(range(1, len(points) - 1), key=lambda j: points[j + 1] - points[j - 1])
+        del between[k - 1]
+    return {i for i in (base, newest, *between) if i in indexes}
+
+
 @dataclass(slots=True)
 class NodeStats:
     proposals: int = 0
@@ -143,6 +164,9 @@ class RaftGroup(GroupClientMixin):
         self._last_hs = HardState()
         self._saved_hs = HardState()
         self._last_snapshot_index = 0
+        self._store_lock = asyncio.Lock()
+        # Highest index the application released to compaction at a snapshot (this process)
+        self._released = 0
         self._last_checkpoint = time.monotonic()
 
     # ---------------------------------------------------------------- start
@@ -174,6 +198,12 @@ class RaftGroup(GroupClientMixin):
             damage = f"the log ends at {floor} below its commit checkpoint {hs.commit}"
             log.warning("raft.log_damaged node=%d group=%d: %s", self.id, self.group_id, damage)
             hs = HardState(hs.term, hs.vote, floor)
+        if hs.commit < self.applied:
+            # The commit field is a checkpoint written every commit_checkpoint_s, not with
+            # each commit; a snapshot covers applied, hence committed, entries. A kill -9
+            # between a snapshot and the next checkpoint left applied above it, and the
+            # core refused to start (RaftSafetyError "applied > committed", seen in chaos).
+            hs = HardState(hs.term, hs.vote, self.applied)
         self._last_hs = self._saved_hs = hs
         self.identity: GroupIdentity | None = None
         if opts.identity:
@@ -249,9 +279,16 @@ class RaftGroup(GroupClientMixin):
         return self.applied
 
     def first_index(self) -> int:
-        """First index still in the log (entries before it were compacted into a
-        snapshot). Valid after start()."""
-        return self.queue.first_index()
+        """First index the application may still read (entries before it were compacted
+        into a snapshot). Valid after start().
+
+        The log is cut only at a kept snapshot (see _store_snapshot), so entries the last
+        snapshot released (below snapshot_keep_entries and the compaction limit) may still
+        be on disk, below the cut point a rebuilt follower needs; they are not offered: this
+        index follows the release, as it did when the cut was exact. After a restart it
+        starts from the cut (no release yet), so it may be a little lower until the next
+        snapshot: the same entries, readable again, never different ones."""
+        return max(self.queue.first_index(), self._released + 1)
 
     def read_committed(self, start: int, max_count: int, max_bytes: int) -> list[LogEntry]:
         """Committed entries from `start` on: at most max_count entries and, past the
@@ -405,8 +442,13 @@ class RaftGroup(GroupClientMixin):
         self.core.on_applied(entries[-1].index)
 
     async def _persist_snapshot(self, snap: Snapshot) -> asyncio.Future:
+        """A leader's snapshot: the log restarts right after it (it is the new base), and
+        this node's own snapshots, all older, go."""
         meta = snap.meta
         await asyncio.to_thread(self.snapshots.save, snap)
+        doomed = self.snapshots.forget({meta.index})
+        if doomed:
+            await asyncio.to_thread(self.snapshots.delete_files, doomed)
         if self.queue.term_at(meta.index) == meta.term and meta.index <= self.queue.last_index():
             self.queue.save_snapshot_meta(meta)
             return self.queue.truncate_prefix(meta.index)
@@ -570,18 +612,41 @@ class RaftGroup(GroupClientMixin):
         return True
 
     async def _store_snapshot(self, snap: Snapshot) -> None:
+        """Store a snapshot, then cut the log prefix at the newest kept snapshot that
+        neither snapshot_keep_entries nor the application's compaction limit forbids.
+
+        Invariant: after a cut at X, the snapshot at X (= first_index - 1) is kept (it is
+        what a follower needing a snapshot is sent, log_adapter.py), so a follower rebuilt
+        by InstallSnapshot gets every entry the leader still holds. Cutting at the limit
+        itself, below the newest snapshot, left such a follower without the entries
+        between the limit and the snapshot: a wiped sink node never held the Kafka
+        records there (chaos: "final read incomplete"). Snapshots between the base and
+        the newest are the later cut points, thinned to KEEP_CUT_POINTS."""
         try:
-            await asyncio.to_thread(self.snapshots.save, snap)
-            await self.queue.save_snapshot_meta(snap.meta)
-            upto = snap.meta.index - self.options.snapshot_keep_entries
-            if self._compaction_limit is not None:
-                limit = self._compaction_limit()
-                if limit is not None:
-                    upto = min(upto, limit)
-            if upto >= self.queue.first_index():
-                await self.queue.truncate_prefix(upto)
+            # One at a time: the cut and the choice of snapshots to keep read the first
+            # index, which another store's cut (on the disk thread) would move under them.
+            async with self._store_lock:
+                await self._store_snapshot_locked(snap)
         except Exception as exc:
             self._fail(exc)
+
+    async def _store_snapshot_locked(self, snap: Snapshot) -> None:
+        await asyncio.to_thread(self.snapshots.save, snap)
+        await self.queue.save_snapshot_meta(snap.meta)
+        upto = snap.meta.index - self.options.snapshot_keep_entries
+        if self._compaction_limit is not None:
+            limit = self._compaction_limit()
+            if limit is not None:
+                upto = min(upto, limit)
+        self._released = max(self._released, min(upto, snap.meta.index))
+        cut = max((i for i in self.snapshots.indexes() if i <= upto), default=0)
+        if cut >= self.queue.first_index():
+            await self.queue.truncate_prefix(cut)
+        base = self.queue.first_index() - 1
+        keep = cut_points(self.snapshots.indexes(), base, KEEP_CUT_POINTS)
+        doomed = self.snapshots.forget(keep)  # on the loop: no chunk is being read
+        if doomed:
+            await asyncio.to_thread(self.snapshots.delete_files, doomed)
 
     def _housekeep(self, now: float) -> None:
         """Proposal/read timeouts and the commit checkpoint (the host's

@@ -14,6 +14,7 @@ class QueueLogReader:
     def __init__(self, queue: DiskQueue, snapshots: SnapshotStore) -> None:
         self.queue = queue
         self.snapshots = snapshots
+        self._offered: int | None = None  # index of the snapshot snapshot_meta() named last
 
     def first_index(self) -> int:
         return self.queue.first_index()
@@ -35,7 +36,20 @@ class QueueLogReader:
         return [store.entry(i) for i in store.config_indexes()]
 
     def snapshot_meta(self) -> SnapshotMeta:
-        return self.snapshots.latest_meta()
+        """The snapshot at first_index() - 1 (the log is only cut at a snapshot, and that
+        one is kept): a follower that needs a snapshot gets this one, then every entry
+        the log holds after it, so its log ends up as long as the leader's (the sink
+        serves Kafka records out of log entries below its newest snapshot). Without one
+        (a log compacted before snapshots were kept, or never compacted): the newest,
+        as before. chunks come from the snapshot last named here, so a meta and its
+        chunks always agree although the first index moves on the disk thread."""
+        snaps = self.snapshots
+        meta = snaps.meta_at(self.queue.first_index() - 1) or snaps.latest_meta()
+        self._offered = meta.index
+        return meta
 
     def snapshot_chunk(self, offset: int, max_bytes: int) -> tuple[bytes, bool]:
-        return self.snapshots.chunk(offset, max_bytes)
+        offered = self._offered
+        if offered is None or self.snapshots.meta_at(offered) is None:
+            offered = self.snapshot_meta().index
+        return self.snapshots.chunk(offset, max_bytes, offered)

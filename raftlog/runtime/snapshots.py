@@ -7,10 +7,23 @@
 
 Written to a temporary name, fsync'ed, renamed, directory fsync'ed: a crash
 leaves either the old snapshot or the new one, never half of one.
+
+A group keeps a few snapshots, not one (RaftGroup decides which, see
+`RaftGroup._store_snapshot`):
+  - the newest: a restart loads it, so it replays only the entries after it;
+  - the *base*, at the log's first_index - 1: the one a follower that needs a
+    snapshot is sent (`QueueLogReader`), so that the follower then receives every
+    entry the leader's log still holds, by AppendEntries. The application may keep
+    entries below its newest snapshot (a compaction limit: the sink serves Kafka
+    records out of the log); a follower given the newest snapshot instead would
+    never hold those entries;
+  - a few in between: the log is only ever cut at a snapshot, so these are the
+    points it can be cut at when the application's limit moves past them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 
@@ -31,27 +44,48 @@ class SnapshotStore:
         for name in os.listdir(directory):
             if name.endswith(".tmp"):
                 os.unlink(os.path.join(directory, name))
-        self._latest: tuple[SnapshotMeta, str] | None = None
-        newest = sorted(n for n in os.listdir(directory) if n.endswith(".snap"))
-        if newest:
-            path = os.path.join(directory, newest[-1])
+        # index -> (meta, path). Mutated by save() (a worker thread: one insert) and
+        # forget() (the event loop); read on the event loop. An index has one state
+        # (snapshots cover committed entries only), so a second file for it replaces it.
+        self._snaps: dict[int, tuple[SnapshotMeta, str]] = {}
+        # Every file is read whole (CRC-checked): the newest is loaded by a restart, the
+        # others may be sent to followers chunk by chunk (chunks are not checked again).
+        for name in sorted(n for n in os.listdir(directory) if n.endswith(".snap")):
+            path = os.path.join(directory, name)
             meta, _ = self._read(path)
-            self._latest = (meta, path)
+            self._snaps[meta.index] = (meta, path)
 
     def latest_meta(self) -> SnapshotMeta:
-        return self._latest[0] if self._latest else SnapshotMeta()
+        latest = self._latest()
+        return latest[0] if latest else SnapshotMeta()
+
+    def indexes(self) -> list[int]:
+        """Indexes of the snapshots kept, ascending."""
+        return sorted(self._snaps)
+
+    def meta_at(self, index: int) -> SnapshotMeta | None:
+        got = self._snaps.get(index)
+        return got[0] if got else None
+
+    def _latest(self) -> tuple[SnapshotMeta, str] | None:
+        snaps = self._snaps
+        return snaps[max(snaps)] if snaps else None
 
     def load(self) -> Snapshot | None:
-        if self._latest is None:
+        """The newest snapshot, whole."""
+        latest = self._latest()
+        if latest is None:
             return None
-        meta, data = self._read(self._latest[1])
+        meta, data = self._read(latest[1])
         return Snapshot(meta, data)
 
-    def chunk(self, offset: int, max_bytes: int) -> tuple[bytes, bool]:
-        """Bytes [offset, offset+max_bytes) of the latest snapshot's data, and whether that is the end."""
-        if self._latest is None:
+    def chunk(self, offset: int, max_bytes: int, index: int | None = None) -> tuple[bytes, bool]:
+        """Bytes [offset, offset+max_bytes) of the data of the snapshot at `index` (default:
+        the newest), and whether that is the end."""
+        got = self._latest() if index is None else self._snaps.get(index)
+        if got is None:
             return b"", True
-        _meta, path = self._latest
+        _meta, path = got
         with open(path, "rb") as f:
             head = _HEADER.unpack(f.read(_HEADER.size))
             meta_len, data_len = head[3], head[4]
@@ -60,7 +94,7 @@ class SnapshotStore:
         return data, offset + len(data) >= data_len
 
     def save(self, snap: Snapshot) -> None:
-        """Write snap durably and make it the latest; older snapshots are removed."""
+        """Write snap durably; it is kept beside the others until forget() drops them."""
         meta = snap.meta
         name = f"snapshot-{meta.index:020d}-{meta.term}.snap"
         path = os.path.join(self.directory, name)
@@ -82,10 +116,24 @@ class SnapshotStore:
             os.fsync(fd)
         finally:
             os.close(fd)
-        old = self._latest
-        self._latest = (meta, path)
+        old = self._snaps.get(meta.index)
+        self._snaps[meta.index] = (meta, path)
         if old is not None and old[1] != path:
             os.unlink(old[1])
+
+    def forget(self, keep: set[int]) -> list[str]:
+        """Stop offering every snapshot whose index is not in keep (the newest is always
+        kept); returns their files for delete_files(). Call it on the thread that reads
+        chunks, so no chunk is read from a file being deleted."""
+        snaps = self._snaps
+        newest = max(snaps, default=None)
+        doomed = [i for i in snaps if i not in keep and i != newest]
+        return [snaps.pop(i)[1] for i in doomed]
+
+    def delete_files(self, paths: list[str]) -> None:
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     @staticmethod
     def _read(path: str) -> tuple[SnapshotMeta, bytes]:

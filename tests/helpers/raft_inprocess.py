@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 
 from raftlog.runtime import NodeOptions, RaftNode, StateMachine
 from raftlog.transport import LocalNetwork
@@ -46,8 +47,16 @@ async def wait_until(cond, timeout: float = 20.0, what: str = "condition") -> No
 
 
 class InProcessRaftCluster:
-    def __init__(self, base: str, n: int = 3, options: NodeOptions = FAST) -> None:
+    def __init__(
+        self,
+        base: str,
+        n: int = 3,
+        options: NodeOptions = FAST,
+        compaction_limit: Callable[[], int | None] | None = None,
+    ) -> None:
+        """compaction_limit: every node's (RaftNode's), e.g. an application's retention."""
         self.base = base
+        self.compaction_limit = compaction_limit
         self.ids = list(range(1, n + 1))
         self.options = options
         self.net = LocalNetwork()
@@ -65,6 +74,7 @@ class InProcessRaftCluster:
             self.options,
             seed=i,
             join=join,
+            compaction_limit=self.compaction_limit,
         )
         await node.start()
         self.nodes[i], self.fsms[i] = node, fsm

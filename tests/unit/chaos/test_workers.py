@@ -6,12 +6,15 @@ reset and the run still said VALID, with only the poll counts showing it.
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from chaos import report
 from chaos.campaign import reader_outcomes
 from chaos.history import History, completions
-from chaos.workload import Control, KafkaConsumerWorker, Worker
+from chaos.workload import Control, KafkaConsumerWorker, Worker, final_read_node
 
 
 class Boom(Worker):
@@ -97,3 +100,24 @@ def test_verdict_is_unknown_when_a_worker_crashed_or_fell_silent():
     silent = build(caught_up={"kafka-consumer-0": False})
     assert silent["verdict"] == "UNKNOWN"
     assert silent["liveness"] == ["kafka-consumer-0 did not read to the end"]
+
+
+class OutOfRangeClient:
+    """A read API whose log starts at 5 (a replica rebuilt without the first records)."""
+
+    async def fetch(self, topic, partition, offset, **kw):
+        return SimpleNamespace(
+            error_code=1, error=f"offset {offset} is outside [5, 10]", batches=[]
+        )
+
+
+def test_final_read_of_a_node_missing_early_records_is_incomplete_and_says_why():
+    h = History()
+    done = asyncio.run(final_read_node(2, OutOfRangeClient(), "t", {0: 10, 1: 0}, h, 0.3))
+    assert done is False
+    (op,) = [op for op in completions(h.ops) if op["f"] == "final_read"]
+    assert op["complete"] is False
+    assert op["why"] == "p0 at 0 of 10: error 1: offset 0 is outside [5, 10]"
+    data = build(final_reads={"final-node-2": False}, final_read_why={"final-node-2": op["why"]})
+    assert data["verdict"] == "UNKNOWN"
+    assert data["liveness"] == [f"final-node-2 final read incomplete ({op['why']})"]
