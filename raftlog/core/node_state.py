@@ -619,7 +619,11 @@ class RawNode:
         if m.incarnation:
             self._note_identity(m)
         if m.term == 0:
-            pass  # term-less (forwarded ReadIndex)
+            # Only a forwarded ReadIndex is term-less (_send stamps every other message with
+            # the sender's term, and terms start at 1). Anything else with term 0 is malformed
+            # or forged: stepping it as current-term would let it append to the log.
+            if m.type is not MsgType.READ_INDEX:
+                return
         elif m.term > self.term:
             if m.type is MsgType.VOTE:
                 assert isinstance(m, RequestVote)

@@ -91,6 +91,17 @@ def test_stale_or_duplicated_append_never_erases_newer_entries():
     assert rd.messages[0].index == 1
 
 
+def test_a_term_less_append_is_dropped_unread():
+    """Only a forwarded ReadIndex travels with term 0: an append claiming term 0 (malformed or
+    forged; terms start at 1) must neither touch the log nor be answered."""
+    n, st = follower([E(1, 1), E(2, 1)], term=1, commit=1)
+    n.step(
+        AppendEntries(src=1, dst=2, term=0, prev_index=2, prev_term=1, entries=[E(3, 1, b"evil")])
+    )
+    rd = persist(n, st)
+    assert st.all_entries() == [E(1, 1), E(2, 1)] and rd.messages == [] and n.term == 1
+
+
 def test_follower_never_truncates_committed_entries():
     n, _ = follower([E(1, 1), E(2, 1)], term=1, commit=2)
     # a (buggy) leader claims index 2 has another term: ignored below commit
