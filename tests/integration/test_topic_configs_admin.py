@@ -136,6 +136,16 @@ def test_confluent_admin_create_describe_alter(cluster):
     assert d["log.retention.ms"].value == str(7 * 24 * 3600 * 1000)
 
 
+def _eventually(read, ok, timeout: float = 30.0) -> str:
+    """read() until ok(result) or the deadline; returns the last result (the caller asserts)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = read()
+        if ok(got) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
+
+
 def test_kafka_python_admin_create_describe_alter(cluster):
     from kafka.admin import ConfigResource as KConfigResource
     from kafka.admin import ConfigResourceType, KafkaAdminClient
@@ -148,10 +158,16 @@ def test_kafka_python_admin_create_describe_alter(cluster):
             admin.create_topics(
                 [KNewTopic("kp-bad", 1, 3, topic_configs={"cleanup.policy": "compact"})]
             )
-        got = admin.describe_configs(
-            [KConfigResource(ConfigResourceType.TOPIC, "kp-ok")], config_filter="all"
+        # kafka-python asks any broker; a follower answers from what it has applied (as a
+        # Kafka broker answers from its metadata cache): poll until it has the creation.
+        flat = _eventually(
+            lambda: str(
+                admin.describe_configs(
+                    [KConfigResource(ConfigResourceType.TOPIC, "kp-ok")], config_filter="all"
+                )
+            ),
+            lambda text: "retention.ms" in text and "90000" in text,
         )
-        flat = str(got)
         assert "retention.ms" in flat and "90000" in flat
         modified = admin.describe_configs([KConfigResource(ConfigResourceType.TOPIC, "kp-ok")])
         assert "90000" in str(modified) and "max.message.bytes" not in str(modified)
@@ -163,7 +179,12 @@ def test_kafka_python_admin_create_describe_alter(cluster):
             ]
         )
         assert "OK" in str(res), res
-        after = str(admin.describe_configs([KConfigResource(ConfigResourceType.TOPIC, "kp-ok")]))
+        after = _eventually(
+            lambda: str(
+                admin.describe_configs([KConfigResource(ConfigResourceType.TOPIC, "kp-ok")])
+            ),
+            lambda text: "4096" in text,
+        )
         assert "4096" in after and "90000" in after  # incremental: retention.ms kept
     finally:
         admin.close()
