@@ -366,17 +366,10 @@ def tail(path: str, n: int = 3000, start: int = 0) -> str:
         return f.read()[-n:].decode(errors="replace")
 
 
-SPARK_WORKER_TIMEOUT = "Python worker failed to connect back"
-"""Spark 4's PythonWorkerFactory waits a hard-coded 10 s for a new Python worker to connect
-back; on a saturated 2-core machine a worker (interpreter + pyspark + this connector, about
-1 s of CPU when idle) can miss it and the query fails. That is a driver crash like the ones
-this test injects, so the driver is restarted -- at most MAX_WORKER_TIMEOUTS times per test,
-and only for that message: any other exit fails the test."""
-MAX_WORKER_TIMEOUTS = 3
-
-
 class Driver:
-    """A driver process that is restarted when it died of SPARK_WORKER_TIMEOUT."""
+    """A driver process that is restarted when it died of SPARK_WORKER_TIMEOUT (Spark's
+    hard-coded 10 s worker connect-back limit: tests/helpers/spark_workers.py), at most
+    MAX_WORKER_TIMEOUTS times per test; any other exit fails the test."""
 
     restarts = 0  # per test: reset by the test
 
@@ -391,6 +384,9 @@ class Driver:
         self.proc = start_driver(*self.args, available_now=self.available_now)
 
     def _restartable(self) -> bool:
+        # Imported here: this file also runs as the driver script, where `tests` is not a package.
+        from tests.helpers.spark_workers import MAX_WORKER_TIMEOUTS, SPARK_WORKER_TIMEOUT
+
         text = tail(self.log_path, 10**7, self.log_start)
         if SPARK_WORKER_TIMEOUT in text and Driver.restarts < MAX_WORKER_TIMEOUTS:
             Driver.restarts += 1
