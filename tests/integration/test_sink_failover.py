@@ -22,11 +22,13 @@ TOPIC = "failover"
 PARTITIONS = 3
 
 
-def wait_for(cond, timeout: float, what: str, poll=None) -> None:
+def wait_for(cond, timeout: float, what, poll=None) -> None:
+    """what: a string, or a callable giving the state to report on failure."""
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            detail = what() if callable(what) else what
+            raise AssertionError(f"timed out waiting for {detail}")
         if poll is not None:
             poll(0.05)
         else:
@@ -118,7 +120,8 @@ def test_idempotent_producer_survives_two_leader_kills(tmp_path):
     seed = int(os.environ.get("RAFTSINK_FAILOVER_SEED", random.randrange(2**32)))
     print(f"seed={seed}")
     rng = random.Random(seed)
-    cluster = SinkProcessCluster(str(tmp_path), default_partitions=PARTITIONS)
+    # INFO: a failure report carries the nodes' elections and leadership in their log tails
+    cluster = SinkProcessCluster(str(tmp_path), default_partitions=PARTITIONS, log_level="INFO")
     cluster.start()
     try:
         leader = asyncio.run(cluster.wait_ready())
@@ -171,7 +174,16 @@ def test_idempotent_producer_survives_two_leader_kills(tmp_path):
         for _round in range(2):
             send(rng.randint(2_000, 6_000))
             target = total_acked() + rng.randint(500, 1_500)
-            wait_for(lambda t=target: total_acked() >= t, 60, "acknowledgements", producer.poll)
+            wait_for(
+                lambda t=target: total_acked() >= t,
+                60,
+                lambda t=target: (
+                    f"acknowledgements: {total_acked()} of {t} (sent {sent}, failed "
+                    f"{len(failed)}); nodes alive {cluster.alive()}; node logs:\n"
+                    + "\n".join(f"--- node {i}\n{cluster.log_tail(i, 3000)}" for i in cluster.nodes)
+                ),
+                producer.poll,
+            )
             if watcher is None:  # the topic exists now
                 watcher = WatermarkWatcher(cluster.bootstrap_servers)
                 watcher.thread.start()
