@@ -715,7 +715,7 @@ def test_librdkafka_without_api_versions_round_trips(cluster, served, fallback, 
         "api.version.request": False,
         "broker.version.fallback": fallback,
     }
-    t0 = 1_700_000_000_000
+    t0 = int(time.time() * 1000)  # recent: older than retention.ms would be expired
     sent = [(f"k{i}", None if i % 5 == 0 else f"{topic}-v{i}", t0 + i) for i in range(N)]
     p = ck.Producer({**old, "compression.codec": codec, "linger.ms": 20, "acks": "all"})
     errors: list = []

@@ -197,7 +197,7 @@ def test_batch_read_returns_exactly_what_was_produced(cluster, spark):
     expected = {}
     for codec, topic in (("zstd", "batch-z"), ("lz4", "batch-l")):
         p = producer(cluster, **{"compression.type": codec})
-        t0 = 1_750_000_000_000
+        t0 = int(time.time() * 1000)  # recent: older than retention.ms would be expired
         for i in range(400):
             key = None if i % 7 == 0 else f"k{i}".encode()
             value = rng.randbytes(rng.randint(0, 300))

@@ -28,6 +28,13 @@ def cluster(tmp_path_factory):
     c.start()
     try:
         asyncio.run(c.wait_ready(timeout=60))
+        # 1970 timestamps: the default retention.ms (7 days) would expire them at a
+        # retention check, as Kafka would; time retention is off on this topic.
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+        topic = NewTopic(TOPIC, 2, config={"retention.ms": "-1"})
+        admin.create_topics([topic], operation_timeout=30)[TOPIC].result(timeout=30)
         p = producer(c, **{"compression.type": "lz4", "linger.ms": 100})
         for part, times in TIMES.items():
             for ts in times:

@@ -51,8 +51,13 @@ def admin(cluster) -> AdminClient:
 
 
 def create(cluster, topic: str, partitions: int = 1) -> None:
+    """The records here carry 1970 timestamps, which the default retention.ms (7 days)
+    expires at the next retention check (every 30 s), as Kafka would: a check landing
+    between produce and a lookup moved the log start (a CI failure). Time retention is
+    off on these topics; test_topic_retention tests it."""
     a = admin(cluster)  # kept alive until the answer: a destroyed client fails its futures
-    fs = a.create_topics([NewTopic(topic, partitions)], operation_timeout=30)
+    topics = [NewTopic(topic, partitions, config={"retention.ms": "-1"})]
+    fs = a.create_topics(topics, operation_timeout=30)
     fs[topic].result(timeout=30)
 
 
