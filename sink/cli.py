@@ -33,6 +33,7 @@ LOCAL_POLL_S = 0.5
 def _cmd_serve(args: argparse.Namespace) -> int:
     from sink.config import ConfigError, flag_overrides, load_config
     from sink.node import run_on_event_loop, serve
+    from sink.node.serve import RepairRestart
 
     overrides, sources = flag_overrides(args)
     try:
@@ -46,7 +47,35 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"raftsink serve: {exc}", file=sys.stderr)
         return 1
+    except RepairRestart:
+        _restart_for_repair()
     return 0
+
+
+REPAIR_RESTARTS_ENV = "RAFTSINK_REPAIR_RESTARTS"
+MAX_REPAIR_RESTARTS = 5
+"""A node re-executes itself at most this many times in a row to repair its log (each
+repair cuts the damage away, so a second one means new damage: a failing disk)."""
+
+
+def _restart_for_repair() -> None:
+    """Run this same `raftsink serve` again in this process (same pid, arguments and
+    environment): its recovery repairs the log (sink.node.serve.RepairRestart)."""
+    from sink.node.serve import EXIT_STORAGE_FAILURE
+
+    done = int(os.environ.get(REPAIR_RESTARTS_ENV, "0") or 0)
+    if done >= MAX_REPAIR_RESTARTS:
+        print(
+            f"raftsink serve: {done} repairs in a row; the disk keeps damaging the log: "
+            "replace it (docs/operations.md, 'Replacing a disk')",
+            file=sys.stderr,
+        )
+        raise SystemExit(EXIT_STORAGE_FAILURE)
+    env = dict(os.environ, **{REPAIR_RESTARTS_ENV: str(done + 1)})
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
 MAKE_CERTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "make-certs.sh")

@@ -31,7 +31,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from raftlog import core
@@ -48,8 +48,9 @@ from raftlog.runtime.log_adapter import QueueLogReader
 from raftlog.runtime.options import NodeOptions
 from raftlog.runtime.snapshots import SnapshotStore
 from raftlog.runtime.state_machine import ApplyResult, StateMachine
-from raftlog.storage import DiskQueue, LogRangeError, LogStore
+from raftlog.storage import DiskQueue, LogRangeError, LogStore, StorageOptions
 from raftlog.storage.identity import GroupIdentity, resolve
+from raftlog.storage.repair import why_not_repairable
 
 if TYPE_CHECKING:  # the host imports this module
     from raftlog.runtime.host import RaftHost
@@ -152,6 +153,8 @@ class RaftGroup(GroupClientMixin):
         self._started = False
         self._stopped = False
         self._fatal: BaseException | None = None
+        # Why damaged storage stops this group instead of being repaired ("" if not)
+        self.repair_refused = ""
         # Public, read-only for applications: leader_id (0: none known now),
         # last_leader_id, role, applied (highest index given to on_apply).
         self.leader_id = 0
@@ -177,25 +180,31 @@ class RaftGroup(GroupClientMixin):
         self._loop = asyncio.get_running_loop()
         opts = self.options
         host = self.host
+        storage = self._storage_options()
         if self._log_dir is not None:
-            store = await asyncio.to_thread(LogStore.open, self._log_dir, opts.storage)
+            store = await asyncio.to_thread(LogStore.open, self._log_dir, storage)
             snap_dir = self._snapshot_dir or os.path.join(self.data_dir, "snapshots")
         else:
-            store = await asyncio.to_thread(host._open_group_log, self.group_id)
+            store = await asyncio.to_thread(host._open_group_log, self.group_id, storage)
             snap_dir = os.path.join(host._group_dir(self.group_id), "snapshots")
         self.queue = DiskQueue(store, writer=host.writer)
         self.snapshots = SnapshotStore(snap_dir)
+        damage = ""
+        if store.repair is not None:
+            damage = "damaged storage repaired: " + store.repair.describe()
+            dropped = await asyncio.to_thread(self.snapshots.drop_above, store.last_index())
+            if dropped:
+                damage += f"; snapshots {dropped} (ahead of the kept log) dropped"
         snap = self.snapshots.load()
         if snap is not None:
             self.fsm.on_snapshot_load(snap.data)
             self.applied = self._last_snapshot_index = snap.meta.index
         hs = store.hard_state()
-        damage = ""
         floor = max(store.last_index(), store.snapshot_meta().index)
         if hs.commit > floor:
             # recovery cut entries this node had made durable and knew committed (a
             # synced tail lost or truncated): it must not vote as if it held them
-            damage = f"the log ends at {floor} below its commit checkpoint {hs.commit}"
+            damage = damage or f"the log ends at {floor} below its commit checkpoint {hs.commit}"
             log.warning("raft.log_damaged node=%d group=%d: %s", self.id, self.group_id, damage)
             hs = HardState(hs.term, hs.vote, floor)
         if hs.commit < self.applied:
@@ -211,6 +220,21 @@ class RaftGroup(GroupClientMixin):
             ident_file = host.identity_file(ident_dir or self.data_dir, opts.cluster_id)
             self.identity = await asyncio.to_thread(
                 resolve, ident_file, self.group_id, store, damage
+            )
+        if store.repair is not None:
+            # the new incarnation is durable (resolve): the repair needs no marker now
+            await asyncio.to_thread(store.clear_repair_marker)
+            log.warning(
+                "raft.repair_waiting node=%d group=%d incarnation=%d: %s. This node neither "
+                "votes nor counts toward a quorum until the leader has caught it up and "
+                "admitted it again; it waits for a leader elected by intact voters. If none "
+                "is ever elected (a majority of the voters damaged or gone), the cluster "
+                "cannot vouch for the lost entries: restore from a backup, or see "
+                "docs/operations.md ('A node that repairs its storage')",
+                self.id,
+                self.group_id,
+                self.identity.incarnation if self.identity else 0,
+                damage,
             )
         cfg = core.RaftConfig(
             id=self.id,
@@ -252,6 +276,19 @@ class RaftGroup(GroupClientMixin):
             cfg.incarnation,
             self.identity.reason if self.identity else "off",
         )
+
+    def _storage_options(self) -> StorageOptions:
+        """The storage options this group's log opens with: repair is possible only if
+        the cluster can vouch for what the repair cuts (repair.why_not_repairable)."""
+        opts = self.options
+        if opts.storage.on_corruption != "repair":
+            return opts.storage
+        voters = len(self.peers) if not self._join else 2
+        why = why_not_repairable(opts.identity, voters)
+        if not why:
+            return opts.storage
+        self.repair_refused = why
+        return replace(opts.storage, on_corruption="stop")
 
     # -------------------------------------------------- public read surface
     # What applications read of a node. `core` (the RawNode) and `queue` (the

@@ -39,7 +39,7 @@ from raftlog.core.messages import Message, MsgType
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.options import HostOptions, NodeOptions
 from raftlog.runtime.state_machine import StateMachine
-from raftlog.storage import DiskWriter, LogEnvironment, LogStore
+from raftlog.storage import DiskWriter, LogEnvironment, LogStore, StorageOptions
 from raftlog.storage.identity import IdentityError, IdentityFile
 from raftlog.transport.beats import COALESCED_KINDS, HOST_GROUP_ID, coalesce, expand
 
@@ -212,10 +212,10 @@ class RaftHost:
             raise RuntimeError("this host has no data directory")
         return self.env.group_directory(group_id)
 
-    def _open_group_log(self, group_id: int) -> LogStore:
+    def _open_group_log(self, group_id: int, options: StorageOptions | None = None) -> LogStore:
         if self.env is None:
             raise RuntimeError("this host has no data directory: give the group a log_dir")
-        return self.env.open_log(group_id)
+        return self.env.open_log(group_id, options)
 
     def _delete_group_storage(self, group_id: int) -> None:
         if self.env is None:

@@ -130,6 +130,22 @@ class SnapshotStore:
         doomed = [i for i in snaps if i not in keep and i != newest]
         return [snaps.pop(i)[1] for i in doomed]
 
+    def drop_above(self, index: int) -> list[int]:
+        """Forget and durably delete every snapshot above `index`; returns their indexes.
+
+        For a log repaired down to `index` (raftlog/storage/repair.py): a snapshot
+        ahead of the log would be loaded by a restart with no log entries under it
+        (applied above the log's end). Its state is not lost: the leader holds it."""
+        doomed = sorted(i for i in self._snaps if i > index)
+        self.delete_files([self._snaps.pop(i)[1] for i in doomed])
+        if doomed:
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return doomed
+
     def delete_files(self, paths: list[str]) -> None:
         for path in paths:
             with contextlib.suppress(FileNotFoundError):

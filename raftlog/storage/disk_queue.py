@@ -167,7 +167,9 @@ class DiskQueue:
 
     def _submit(self, op: _Op) -> asyncio.Future:
         if self._failed is not None:
-            op.future.set_exception(StorageClosedError(f"disk queue failed: {self._failed!r}"))
+            err = StorageClosedError(f"disk queue failed: {self._failed!r}")
+            err.__cause__ = self._failed  # serve() looks for a CorruptLogError cause
+            op.future.set_exception(err)
             return op.future
         if self._closing:
             op.future.set_exception(StorageClosedError("disk queue is closed"))

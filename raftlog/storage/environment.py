@@ -64,10 +64,12 @@ class LogEnvironment:
     def group_directory(self, group_id: int) -> str:
         return os.path.join(self.root, "groups", str(group_id))
 
-    def open_log(self, group_id: int) -> LogStore:
+    def open_log(self, group_id: int, options: StorageOptions | None = None) -> LogStore:
         """Open (or create) group_id's log, recovering it like LogStore.open.
 
-        StorageError if that group's log is already open here (close it first).
+        options: this log's options if not the environment's (e.g. on_corruption
+        "stop" for a group whose cluster cannot vouch for a repair). StorageError if
+        that group's log is already open here (close it first).
         """
         if not isinstance(group_id, int) or not 0 <= group_id <= _MAX_GROUP_ID:
             raise ValueError(f"group id must be an integer in [0, 2**63), got {group_id!r}")
@@ -79,7 +81,7 @@ class LogEnvironment:
                 raise StorageError(f"log of group {group_id} is already open in {self.root}")
             log = LogStore.open(
                 self.group_directory(group_id),
-                self.options,
+                options or self.options,
                 shared_index=self._index,
                 group_id=group_id,
             )

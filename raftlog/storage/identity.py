@@ -208,6 +208,8 @@ def resolve(ident: IdentityFile, group_id: int, store: _Store, damage: str = "")
             inc,
         )
     ident.groups[group_id] = {"incarnation": inc, "legacy": legacy}
-    ident.save()
-    store.stamp_identity(inc, durable=False)
+    # Damage: durable before the caller forgets the repair marker (repair.py), so no
+    # crash can bring the repaired log back under its old, vouched-for incarnation.
+    ident.save(durable=bool(damage))
+    store.stamp_identity(inc, durable=bool(damage))
     return GroupIdentity(ident.cluster_id, inc, legacy, True, reason)

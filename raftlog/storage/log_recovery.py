@@ -5,7 +5,10 @@ truncation from its durable intent, then rebuild the segment table from the
 files and the index, scanning the unindexed tail from the last checkpoint and
 cutting a torn tail (bytes after the last completed fdatasync that never fully
 reached the disk). Damage before the last sync is CorruptLogError, naming the
-file and byte offset.
+file and byte offset, with options.on_corruption "stop"; with "repair" (the
+default) recovery keeps the intact prefix of the log and cuts the rest
+(`_repair`, see repair.py for the marker that makes this crash-safe), and
+`repair` tells the runtime, which then runs the group as a replacement.
 
 A mixin: the state it fills in (segments, bounds, pending locations) is
 LogStore's, documented there.
@@ -19,6 +22,7 @@ import os
 from raftlog.entry import EntryType
 from raftlog.storage.errors import CorruptLogError
 from raftlog.storage.index import Location
+from raftlog.storage.repair import Repair, marker_path, read_marker, write_marker
 from raftlog.storage.segments import FILE_HEADER_SIZE, Segment, fsync_dir, parse_segment_name
 
 log = logging.getLogger("raftlog.storage")
@@ -42,7 +46,136 @@ class RecoveryMixin:
             self._cut_files(intent)
             with self._index.writer(durable=True) as w:
                 w.set_truncate_intent(None)
+        marker = read_marker(self.directory)
+        if marker is None:
+            try:
+                self._recover_segments()
+                return
+            except CorruptLogError as exc:
+                if self.options.on_corruption != "repair":
+                    raise
+                limit, reason = None, str(exc)
+        else:
+            limit, reason = marker
+            if self.options.on_corruption != "repair":
+                raise CorruptLogError(
+                    marker_path(self.directory),
+                    0,
+                    f"entries from {limit} on were found damaged ({reason})",
+                )
+        self._repair(limit, reason)
+
+    # ---------------------------------------------------------------- repair
+
+    def _forget_recovered(self) -> None:
+        """Drop what a failed recovery attempt put in memory (not the files)."""
+        for seg in self._segments:
+            seg.close()
+        self._segments, self._seg_firsts, self._active = [], [], None
+        self._pending, self._pending_configs, self._pending_bytes = [], [], 0
+        first = self._index.first_index()
+        self._first, self._prev_term = first if first is not None else (1, 0)
+
+    def _repair(self, limit: int | None, reason: str) -> None:
+        """Keep the longest intact prefix of the log from the first index (every frame
+        CRC-valid, dense, terms not decreasing, below `limit` if a read found entry
+        `limit` damaged), cut everything after it, rebuild the index from the files.
+
+        Order on disk (crash-safe at every step, see repair.py): the marker naming
+        the first entry cut is durable first; then the files are cut; then the
+        index forgets every location, sealed segment and the checkpoint, durably;
+        then the normal recovery rescans the (now clean) files. The marker stays
+        until the runtime has made the group's new incarnation durable."""
+        self._forget_recovered()
+        first = self._first
+        sealed = self._index.sealed_segments()
+        checkpoint = self._index.checkpoint()
+        dropped_last = max(
+            [first - 1, limit or 0]
+            + [s.last_index for s in sealed.values()]
+            + ([checkpoint.last_index] if checkpoint else [])
+        )
+        on_disk = self._segment_files()
+        # The file holding `first` is the last one named at or below it (a prefix
+        # truncation leaves entries below first in it; files wholly below are leftovers).
+        start = [f for f in on_disk if f <= first]
+        keep_from = start[-1] if start else None
+        kept_last = first - 1
+        cut: tuple[int, int] | None = None  # (segment, byte position) of the first byte cut
+        if keep_from is not None:
+            expect, term = keep_from, 0
+            for f in (f for f in on_disk if f >= keep_from):
+                if f != expect:
+                    break  # a gap: the files from here on are cut
+                seg = Segment(self._seg_dir, f)
+                try:
+                    seg.read_header()
+                    frames, stop = seg.scan(FILE_HEADER_SIZE, f, term, self.options.max_entry_bytes)
+                    if stop is not None:  # what the damaged file held after the damage
+                        tail = seg.last_valid_frame_after(
+                            stop.position, self.options.max_entry_bytes
+                        )
+                        dropped_last = max(dropped_last, tail[0] if tail else 0)
+                except CorruptLogError:
+                    break  # a damaged file header: this file and the later ones are cut
+                finally:
+                    seg.close()
+                dropped_last = max(dropped_last, frames[-1].index if frames else 0)
+                ok = [fr for fr in frames if limit is None or fr.index < limit]
+                if ok:
+                    expect, term = ok[-1].index + 1, ok[-1].term
+                    kept_last = max(kept_last, ok[-1].index)
+                if len(ok) < len(frames) or stop is not None:
+                    nxt = frames[len(ok)].position if len(ok) < len(frames) else stop.position
+                    cut = (f, nxt)
+                    break
+        if kept_last < first:
+            kept_last, cut = first - 1, None  # nothing of [first, ...] is intact
+        damaged_from = write_marker(self.directory, kept_last + 1, reason)
+        if damaged_from <= kept_last:  # an earlier finding names a lower entry: cut there
+            self._repair(damaged_from, reason)
+            return
+        log.error(
+            "storage.repair dir=%s: %s; keeping entries %d..%d, cutting from %d on "
+            "(the runtime fetches them from the leader)",
+            self.directory,
+            reason,
+            first,
+            kept_last,
+            kept_last + 1,
+        )
+        self._cut_after(kept_last, keep_from, cut, on_disk)
+        with self._index.writer(durable=True) as w:
+            w.delete_from(0)
+            for seg_first in sealed:
+                w.forget_segment(seg_first)
+            w.set_checkpoint(None)
+            w.set_first_index(first, self._prev_term)
         self._recover_segments()
+        self.repair = Repair(reason, first, self._last, self._last + 1, dropped_last)
+
+    def _cut_after(
+        self,
+        kept_last: int,
+        keep_from: int | None,
+        cut: tuple[int, int] | None,
+        on_disk: list[int],
+    ) -> None:
+        """Delete every segment file not needed for entries [first, kept_last] and cut
+        the one holding kept_last after its frame; durable on return."""
+        keep_files = set()
+        if kept_last >= self._first and keep_from is not None:
+            keep_files = {f for f in on_disk if keep_from <= f <= kept_last}
+        for f in on_disk:
+            if f not in keep_files:
+                self._delete_file(f, sync_dir=False)
+        if cut is not None and cut[0] in keep_files:
+            seg = Segment(self._seg_dir, cut[0])
+            if cut[1] <= FILE_HEADER_SIZE:
+                self._delete_file(cut[0], sync_dir=False)
+            elif seg.file_size() > cut[1]:
+                seg.truncate(cut[1])
+        fsync_dir(self._seg_dir)
 
     def _segment_files(self) -> list[int]:
         firsts = []
@@ -119,6 +252,15 @@ class RecoveryMixin:
             self._pending_base = expect
             to_scan = [f for f in on_disk if f not in sealed]
             tail_seg = None
+            if not sealed and on_disk and on_disk[0] > self._first:
+                # no index locations: the files must hold every entry from the first
+                # index (an index lost or rebuilt cannot say what the gap held)
+                raise CorruptLogError(
+                    os.path.join(self._seg_dir, f"{on_disk[0]:020d}.seg"),
+                    0,
+                    f"the log should start at entry {self._first}, its first segment "
+                    f"starts at {on_disk[0]} (index lost?)",
+                )
 
         # Scan the rest of the checkpoint's segment (unless it is sealed: then
         # its end is final), then each later file in order.

@@ -51,6 +51,7 @@ from raftlog.storage.index import (
 from raftlog.storage.log_recovery import RecoveryMixin
 from raftlog.storage.log_truncate import TruncateMixin
 from raftlog.storage.options import StorageOptions
+from raftlog.storage.repair import Repair, clear_marker, write_marker
 from raftlog.storage.segments import (
     FILE_HEADER_SIZE,
     FRAME_HEADER_SIZE,
@@ -117,6 +118,9 @@ class LogStore(RecoveryMixin, TruncateMixin):
         self._sync_base = 1
         self._hard_state = HardState()
         self._snapshot = SnapshotMeta()
+        self.repair: Repair | None = None
+        """What recovery repaired at open (on_corruption "repair"), None if nothing:
+        the runtime then runs this log's group as a replacement (repair.py)."""
 
     # ------------------------------------------------------------------ open
 
@@ -131,9 +135,10 @@ class LogStore(RecoveryMixin, TruncateMixin):
     ) -> LogStore:
         """Open (or create) the log in directory, recovering from any crash.
 
-        Raises DataDirLockedError if another process has it open, and
-        CorruptLogError (naming file and byte offset) for damage that is not a
-        torn tail. shared_index is for LogEnvironment only: the log's index
+        Raises DataDirLockedError if another process has it open, and (with
+        options.on_corruption "stop") CorruptLogError naming file and byte offset
+        for damage that is not a torn tail; with "repair" the intact prefix is kept
+        and `repair` says what was cut. shared_index is for LogEnvironment only: the log's index
         then lives in that environment under group_id's key prefix, and the
         environment (which holds the data directory's lock) guarantees that
         nobody else has this log open, so the log takes no lock of its own.
@@ -247,7 +252,9 @@ class LogStore(RecoveryMixin, TruncateMixin):
                 return self._pending[index - self._pending_base].term
             loc = self._index.location(index)
         if loc is None:
-            raise CorruptLogError(self._seg_dir, 0, f"index has no location for entry {index}")
+            exc = CorruptLogError(self._seg_dir, 0, f"index has no location for entry {index}")
+            self._found_damage(index, exc)
+            raise exc
         return loc.term
 
     def entry(self, index: int) -> LogEntry:
@@ -258,8 +265,40 @@ class LogStore(RecoveryMixin, TruncateMixin):
         """Entries from start: at most max_count, and stop once max_bytes of
         payload are reached (the first entry is always returned).
 
-        LogRangeError if start is outside [first_index, last_index].
+        LogRangeError if start is outside [first_index, last_index]; CorruptLogError
+        if an entry is damaged (the store then refuses further use, see _found_damage).
         """
+        try:
+            return self._read(start, max_count, max_bytes)
+        except CorruptLogError as exc:
+            self._found_damage(start, exc)
+            raise
+
+    def _found_damage(self, index: int, exc: CorruptLogError) -> None:
+        """A read found damage at or after entry `index` while the node runs. Recorded
+        durably (the repair marker: entries from `index` on are not trusted), and the
+        store refuses further use: the node stops its group, and the restart's
+        recovery repairs the log (repair.py). Cutting from the read's first entry
+        rather than the damaged one is conservative: more comes from the peers."""
+        log.error(
+            "storage.damage_found dir=%s entry>=%d: %s; this log refuses further use, a "
+            "restart repairs it",
+            self.directory,
+            index,
+            exc,
+        )
+        try:
+            write_marker(self.directory, max(index, 1), str(exc))
+        except OSError as err:  # the store still fails; recovery finds the damage again
+            log.error("storage.damage_marker_failed dir=%s error=%r", self.directory, err)
+        if self._failed is None:
+            self._failed = exc
+
+    def clear_repair_marker(self) -> None:
+        """The group's new incarnation is durable: forget the repair (repair.py)."""
+        clear_marker(self.directory)
+
+    def _read(self, start: int, max_count: int, max_bytes: int) -> list[LogEntry]:
         if max_count <= 0:
             return []
         with self._lock:
@@ -319,7 +358,7 @@ class LogStore(RecoveryMixin, TruncateMixin):
         if self._failed is not None:
             raise StorageClosedError(
                 f"log store {self.directory} failed earlier and refuses further use: {self._failed!r}"
-            )
+            ) from self._failed
         if self._closed:
             raise StorageClosedError(f"log store {self.directory} is closed")
 

@@ -63,6 +63,14 @@ class StorageOptions:
     reserve_percent: float = 5.0
     """Free-space reserve as a percentage of each volume's size (0 to < 50)."""
 
+    on_corruption: str = "repair"
+    """What a node does about damage inside its synced log (a bad CRC before the last
+    sync, a missing or short segment, a damaged index): "repair" keeps the intact
+    prefix, runs as a replacement (no vote, counts toward no quorum) and fetches the
+    rest from the leader (docs/storage.md, "Repairing damaged storage"); "stop"
+    stops the node, exit code 3, as before. Repair needs node identity and another
+    voter: a single-node cluster, or one without identity, always stops."""
+
     space_check_ms: int = 250
     """How often the free space of each volume is read (statvfs); produce also
     estimates it between readings from the bytes it accepts."""
@@ -91,6 +99,10 @@ class StorageOptions:
         if not 0 <= self.reserve_percent < 50:
             raise ValueError(
                 f"StorageOptions.reserve_percent must be in [0, 50), got {self.reserve_percent!r}"
+            )
+        if self.on_corruption not in ("repair", "stop"):
+            raise ValueError(
+                f"StorageOptions.on_corruption must be 'repair' or 'stop', got {self.on_corruption!r}"
             )
         if not isinstance(self.space_check_ms, int) or self.space_check_ms <= 0:
             raise ValueError(

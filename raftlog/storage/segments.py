@@ -362,18 +362,23 @@ class Segment:
         CRC. Sync bases only grow along a file, so the last valid frame tells
         whether any sync completed after the damage (see the module docstring).
         """
+        last = self.last_valid_frame_after(position, max_frame)
+        return None if last is None else (last[0] - last[1], last[2])
+
+    def last_valid_frame_after(self, position: int, max_frame: int) -> tuple[int, int, int] | None:
+        """(index, unsynced, position) of the last CRC-valid frame after `position`."""
         size = self.file_size()
         if size <= position + 1:
             return None
         start = position + 1
         buf = self.pread(size - start, start)
         view = memoryview(buf)
-        best: tuple[int, int] | None = None
+        best: tuple[int, int, int] | None = None
         at = buf.find(_MAGIC_BYTES)
         while at != -1:
             info = _valid_frame_at(view, at, max_frame)
             if info is not None:
-                best = (info[0] - info[1], start + at)
+                best = (info[0], info[1], start + at)
                 at = buf.find(_MAGIC_BYTES, at + FRAME_HEADER_SIZE + info[2])
             else:
                 at = buf.find(_MAGIC_BYTES, at + 1)

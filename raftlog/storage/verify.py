@@ -2,8 +2,9 @@
 
 Scans every segment frame by frame (CRC-32C, dense indexes, monotonic terms),
 checks the LMDB index against the frames it points to, and reports what a
-restart would do: a torn tail it would cut, or corruption that would stop it.
-Nothing is modified. Unlike LogStore.open this IS a full scan.
+restart would do: a torn tail it would cut, or, for damage, what a repair would
+keep (the intact prefix) and fetch from the peers (`repair_plan`), or that the
+node stops (storage.on_corruption=stop, a single-node cluster). Nothing is modified. Unlike LogStore.open this IS a full scan.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from raftlog.entry import HardState, SnapshotMeta
 from raftlog.storage.errors import CorruptLogError, DataDirLockedError
 from raftlog.storage.index import LogIndex
 from raftlog.storage.options import StorageOptions
+from raftlog.storage.repair import read_marker
 from raftlog.storage.segments import FILE_HEADER_SIZE, FrameInfo, Segment, parse_segment_name
 
 
@@ -37,15 +40,44 @@ class VerifyReport:
     identity_file: int | None = None
     """The incarnation IDENTITY records for this log (None: no IDENTITY beside it)."""
 
+    intact_last: int | None = None
+    """Damage found: the last entry of the intact prefix a repair keeps (None: no damage)."""
+    highest_seen: int = 0
+    """The highest entry index any valid frame or the index names (what a repair cuts up to)."""
+
+    def damaged(self, at_entry: int) -> None:
+        """Damage affects entry at_entry: the intact prefix ends before it."""
+        last = max(at_entry - 1, self.first_index - 1)
+        self.intact_last = last if self.intact_last is None else min(self.intact_last, last)
+
+    def repair_plan(self) -> dict | None:
+        """What a repair would do (None: nothing damaged): the entries kept, the first
+        entry fetched from the peers, and the last entry the damaged log held."""
+        if self.intact_last is None:
+            return None
+        return {
+            "kept": [self.first_index, self.intact_last],
+            "fetched_from": self.intact_last + 1,
+            "cut_up_to": max(self.highest_seen, self.intact_last + 1),
+        }
+
     def repair(self) -> str:
         """What a restart and the cluster would do about this storage (issue 12)."""
-        if self.problems:
+        plan = self.repair_plan()
+        if plan is not None:
+            lo, hi = plan["kept"]
+            kept = f"keeps entries {lo}..{hi}" if hi >= lo else "keeps no entries"
             return (
-                "the node stops at start (or when it reads the damaged entries), exit code 3. "
-                "While a majority of the other nodes is healthy: move this directory away and "
-                "start the node empty; it rejoins as a replacement under a new incarnation and "
-                "recovers the whole log from its peers (docs/operations.md, 'Replacing a disk')"
+                f"{kept} (and the snapshots up to {hi}), cuts entries "
+                f"{plan['fetched_from']}..{plan['cut_up_to']}, and runs as a replacement "
+                "under a new incarnation (no vote, counts toward no quorum) until the leader "
+                f"has sent it entries {plan['fetched_from']} onward (AppendEntries or a "
+                "snapshot) and admitted it again. Only with storage.on_corruption=repair "
+                "(the default), node identity on and another voter; otherwise (stop mode, "
+                "a single-node cluster) the node stops at start, exit code 3"
             )
+        if self.problems:
+            return "the node stops at start, exit code 3 (not a raftsink data directory?)"
         commit = self.hard_state[2]
         floor = max(self.last_index, self.snapshot_index)
         if commit > floor:
@@ -96,8 +128,8 @@ def verify_data_dir(
     report = VerifyReport(directory)
     seg_dir = os.path.join(directory, "segments")
     index_dir = os.path.join(directory, "index")
-    if not os.path.isdir(seg_dir) or not os.path.isdir(index_dir):
-        report.problems.append("not a raftsink data directory (segments/ or index/ missing)")
+    if not os.path.isdir(seg_dir):
+        report.problems.append("not a raftsink data directory (segments/ missing)")
         return report
     lock_fd = os.open(os.path.join(directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -107,6 +139,13 @@ def verify_data_dir(
             raise DataDirLockedError(
                 f"{directory} is open in a running node; stop it before verifying"
             ) from None
+        if not os.path.isdir(index_dir):
+            report.notes.append(
+                "the LMDB index is missing: a restart rebuilds it from the segments; its "
+                "vote record is lost, so the node runs as a replacement until re-admitted"
+            )
+            _verify(_EmptyIndex(), seg_dir, opts, report, progress or (lambda _msg: None))
+            return report
         index = LogIndex(index_dir, opts.lmdb_map_bytes, readonly=True)
         try:
             _verify(index, seg_dir, opts, report, progress or (lambda _msg: None))
@@ -115,6 +154,31 @@ def verify_data_dir(
     finally:
         os.close(lock_fd)
     return report
+
+
+class _EmptyIndex:
+    """What a lost index reads as (LogIndex's read surface that _verify uses)."""
+
+    def first_index(self) -> None:
+        return None
+
+    def hard_state(self) -> HardState:
+        return HardState()
+
+    def identity(self) -> int:
+        return 0
+
+    def snapshot(self) -> SnapshotMeta:
+        return SnapshotMeta()
+
+    def truncate_intent(self) -> None:
+        return None
+
+    def iter_locations(self) -> list:
+        return []
+
+    def sealed_segments(self) -> dict:
+        return {}
 
 
 def _identity_file_incarnation(log_dir: str) -> int | None:
@@ -133,7 +197,7 @@ def _identity_file_incarnation(log_dir: str) -> int | None:
 
 
 def _verify(
-    index: LogIndex,
+    index: LogIndex | _EmptyIndex,
     seg_dir: str,
     opts: StorageOptions,
     report: VerifyReport,
@@ -147,6 +211,13 @@ def _verify(
     report.identity_stamp = index.identity()
     report.identity_file = _identity_file_incarnation(os.path.dirname(seg_dir))
     report.snapshot_index = index.snapshot().index
+    marker = read_marker(os.path.dirname(seg_dir))
+    if marker is not None:
+        report.problems.append(
+            f"a read found entries from {marker[0]} on damaged ({marker[1]}); the next "
+            "start repairs them"
+        )
+        report.damaged(marker[0])
     intent = index.truncate_intent()
     if intent is not None:
         report.notes.append(
@@ -158,6 +229,12 @@ def _verify(
     frames: dict[int, tuple[int, FrameInfo]] = {}
     expect: int | None = None
     term = 0
+    if first is None and firsts and firsts[0] > report.first_index:
+        report.problems.append(
+            f"the index does not say where the log starts and the first segment starts at "
+            f"entry {firsts[0]} (index lost?): entries before it cannot be vouched for"
+        )
+        report.damaged(report.first_index)
     for n, seg_first in enumerate(firsts):
         seg = Segment(seg_dir, seg_first)
         progress(f"scanning {seg.path} ({n + 1}/{len(firsts)})")
@@ -166,9 +243,12 @@ def _verify(
             seg.read_header()
         except CorruptLogError as exc:
             report.problems.append(str(exc))
+            report.damaged(expect if expect is not None else seg_first)
+            expect = None  # the next file's frames are counted from its name
             continue
         if expect is not None and seg_first != expect:
             report.problems.append(f"{seg.path}: starts at entry {seg_first}, expected {expect}")
+            report.damaged(min(seg_first, expect))
         found, stop = seg.scan(FILE_HEADER_SIZE, seg_first, term, opts.max_entry_bytes)
         for fr in found:
             frames[fr.index] = (seg_first, fr)
@@ -191,8 +271,13 @@ def _verify(
                     str(CorruptLogError(seg.path, stop.position, stop.reason))
                     + (f"; a valid frame follows at byte {later[1]}" if later is not None else "")
                 )
+                report.damaged(expect)
+                tail = seg.last_valid_frame_after(stop.position, opts.max_entry_bytes)
+                if tail is not None:
+                    report.highest_seen = max(report.highest_seen, tail[0])
         seg.close()
     report.last_index = (expect - 1) if expect is not None else report.first_index - 1
+    report.highest_seen = max(report.highest_seen, report.last_index, hs.commit)
 
     progress("checking the LMDB index against the segments")
     for idx, loc in index.iter_locations():
@@ -200,8 +285,10 @@ def _verify(
             continue
         report.indexed_entries += 1
         got = frames.get(idx)
+        report.highest_seen = max(report.highest_seen, idx)
         if got is None:
             report.problems.append(f"index entry {idx} points to a frame that does not exist")
+            report.damaged(idx)
             continue
         seg_first, fr = got
         if (loc.segment, loc.position, loc.length, loc.term) != (
@@ -211,6 +298,9 @@ def _verify(
             fr.term,
         ):
             report.problems.append(f"index entry {idx} disagrees with its frame: {loc} vs {fr}")
+            report.damaged(idx)
     for seg_first, sealed in index.sealed_segments().items():
         if seg_first not in firsts and sealed.last_index >= report.first_index:
             report.problems.append(f"sealed segment starting at {seg_first} is missing")
+            report.damaged(max(seg_first, report.first_index))
+            report.highest_seen = max(report.highest_seen, sealed.last_index)

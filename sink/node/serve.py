@@ -4,9 +4,16 @@ SIGHUP reloads the TLS certificate, key and CA files (sink.security.tls).
 SIGTERM/SIGINT stop gracefully: a leader first hands leadership to its most caught-up
 voter (node.shutdown_handoff_ms), then listeners, read API and Raft stop in turn.
 
-A node whose storage fails (ENOSPC or EIO from a segment write, an fdatasync or LMDB's
-mdb_txn_commit; corrupt data) stops itself: one CRITICAL line `raftsink.node_stopped`
-naming the data directory and the errno, then exit code EXIT_STORAGE_FAILURE. Never a
+A node whose log turns out damaged while it runs (a read finds a bad CRC, a missing
+frame) and can be repaired (storage.on_corruption "repair", node identity, another
+voter) stops its work and raises RepairRestart: the CLI runs the same command again
+in this process (exec), and the restart's recovery keeps the intact prefix and
+fetches the rest from the leader as a replacement (raftlog/storage/repair.py).
+
+A node whose storage fails otherwise (ENOSPC or EIO from a segment write, an fdatasync
+or LMDB's mdb_txn_commit; corruption it may not repair) stops itself: one CRITICAL line
+`raftsink.node_stopped` naming the data directory and the errno, then exit code
+EXIT_STORAGE_FAILURE. Never a
 half-alive node: the disk queue refuses all further writes after a failure (a failed
 fsync is never retried as if the data were durable), so the only way on is a restart,
 whose recovery decides what is on disk. The other nodes go on while a majority is healthy.
@@ -25,6 +32,7 @@ from typing import Any, TypeVar
 from raftlog.runtime.gc_tuning import tune_gc_for_latency
 from raftlog.storage.errors import CorruptLogError
 from raftlog.storage.identity import IdentityError
+from raftlog.storage.repair import why_not_repairable
 from sink.config import SinkConfig
 from sink.node.assemble import SinkNode
 
@@ -45,6 +53,19 @@ _DISK_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EROFS)
 FATAL_POLL_S = 0.5
 """How often serve() looks for a fatal storage error (the node records it; a
 crash-stop within half a second is soon enough for an operator)."""
+
+
+class RepairRestart(Exception):
+    """The node stopped because a read found its log damaged, and a restart repairs it
+    (sink.cli re-executes `raftsink serve`; the marker written by the read tells
+    recovery where the damage starts)."""
+
+
+def repair_refused(config: SinkConfig) -> str:
+    """Why damaged storage stops this node instead of being repaired ("" if it is not)."""
+    if config.storage.on_corruption != "repair":
+        return "storage.on_corruption is 'stop'"
+    return why_not_repairable(config.node_options().identity, len(config.peers))
 
 
 def run_on_event_loop(kind: str, main: Coroutine[Any, Any, T]) -> T:
@@ -93,6 +114,17 @@ async def serve(config: SinkConfig, ready_line: bool = True) -> None:
         await node.hand_off_leadership(config.node.shutdown_handoff_ms / 1000)
     await node.stop()
     if node.fatal_error is not None:
+        corrupt = _corruption_in(node.fatal_error)
+        if corrupt is not None and not repair_refused(config):
+            log.error(
+                "raftsink.repair_restart node=%d dir=%s: %s. This node restarts itself to "
+                "repair its log: it keeps the intact prefix and fetches the rest from the "
+                "leader, voting again once re-admitted",
+                config.node_id,
+                config.data_dir,
+                corrupt,
+            )
+            raise RepairRestart(str(corrupt))
         _stop_loudly(config, node.fatal_error)
 
 
@@ -126,16 +158,18 @@ def _stop_on_corruption(config: SinkConfig, exc: CorruptLogError) -> None:
     as a replacement (docs/operations.md, "Replacing a disk")."""
     log.critical(
         "raftsink.node_stopped node=%d dir=%s: %s. This node stopped itself (exit code %d) "
-        "and never serves or votes with a damaged log. To repair it from its peers, while a "
-        "majority of the other nodes is healthy: move %s away (keep it for inspection; "
-        "`raftsink verify` shows the damage) and start the node again with an empty data "
-        "directory: it rejoins as a replacement under a new incarnation, catches up from "
-        "the leader and votes again once admitted. If a majority of the nodes report "
-        "damage, do not do this: restore from a backup.",
+        "instead of repairing its log because %s, and never serves or votes with a damaged "
+        "log. `raftsink verify` shows the damage and what a repair would keep. With other "
+        "healthy voters: start it with storage.on_corruption=repair (the default) to repair "
+        "it from its peers, or move %s away and start the node empty: it rejoins as a "
+        "replacement under a new incarnation, catches up from the leader and votes again "
+        "once admitted. Without them (a single node, a majority damaged), the cluster "
+        "cannot vouch for the lost entries: restore from a backup.",
         config.node_id,
         config.data_dir,
         exc,
         EXIT_STORAGE_FAILURE,
+        repair_refused(config) or "the damage could not be repaired",
         config.data_dir,
     )
     raise SystemExit(EXIT_STORAGE_FAILURE)

@@ -14,6 +14,12 @@ from tests.helpers.storage import entries, payload
 
 # Large checkpoint thresholds: everything stays in the scanned tail.
 TAIL = StorageOptions(index_checkpoint_entries=10**6, index_checkpoint_bytes=1 << 30)
+# Today's behaviour kept as an option: damage stops the node (tests/unit/storage/
+# test_repair.py covers the default, which repairs).
+STOP_TAIL = StorageOptions(
+    index_checkpoint_entries=10**6, index_checkpoint_bytes=1 << 30, on_corruption="stop"
+)
+STOP = StorageOptions(on_corruption="stop")
 
 
 def crash(store: LogStore) -> None:
@@ -109,7 +115,7 @@ def test_damage_before_a_later_synced_batch_is_corruption(tmp_path):
     path = only_segment(d)
     flip(path, frame_start(14) + FRAME_HEADER_SIZE + 3)  # entry 15, batch 2 of 3
     with pytest.raises(CorruptLogError) as err:
-        LogStore.open(d, TAIL)
+        LogStore.open(d, STOP_TAIL)
     assert err.value.path == path
     assert err.value.offset == frame_start(14)
     assert "CRC-32C mismatch" in str(err.value) and "synced" in str(err.value)
@@ -145,7 +151,7 @@ def test_missing_sealed_segment_stops_open(tmp_path):
     victim = sorted(os.listdir(seg_dir))[1]
     os.unlink(os.path.join(seg_dir, victim))
     with pytest.raises(CorruptLogError, match="sealed segment file is missing"):
-        LogStore.open(d)
+        LogStore.open(d, STOP)
 
 
 def test_shortened_sealed_segment_stops_open(tmp_path):
@@ -158,7 +164,7 @@ def test_shortened_sealed_segment_stops_open(tmp_path):
     victim = os.path.join(seg_dir, sorted(os.listdir(seg_dir))[0])
     os.truncate(victim, os.path.getsize(victim) - 10)
     with pytest.raises(CorruptLogError, match="shorter than its indexed end"):
-        LogStore.open(d)
+        LogStore.open(d, STOP)
 
 
 def test_interrupted_suffix_truncation_is_redone(tmp_path, monkeypatch):
