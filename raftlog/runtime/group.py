@@ -201,6 +201,9 @@ class RaftGroup(GroupClientMixin):
             self.applied = self._last_snapshot_index = snap.meta.index
         hs = store.hard_state()
         floor = max(store.last_index(), store.snapshot_meta().index)
+        if store.repair is not None:
+            # the kept log is all this node vouches for (snapshots above it were dropped)
+            floor = store.last_index()
         if hs.commit > floor:
             # recovery cut entries this node had made durable and knew committed (a
             # synced tail lost or truncated): it must not vote as if it held them

@@ -19,6 +19,9 @@ class CorruptLogError(StorageError):
         self.path = path
         self.offset = offset
         self.reason = reason
+        self.marked = False
+        """The store recorded this damage in its repair marker (repair.py): a restart
+        with on_corruption "repair" repairs it."""
 
 
 class LogRangeError(StorageError, IndexError):

@@ -289,6 +289,7 @@ class LogStore(RecoveryMixin, TruncateMixin):
         )
         try:
             write_marker(self.directory, max(index, 1), str(exc))
+            exc.marked = True
         except OSError as err:  # the store still fails; recovery finds the damage again
             log.error("storage.damage_marker_failed dir=%s error=%r", self.directory, err)
         if self._failed is None:

@@ -22,6 +22,7 @@ whose recovery decides what is on disk. The other nodes go on while a majority i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -86,6 +87,11 @@ async def serve(config: SinkConfig, ready_line: bool = True) -> None:
         log.critical("raftsink.identity_refused node=%d: %s", config.node_id, exc)
         raise SystemExit(EXIT_CONFIG) from None
     except CorruptLogError as exc:
+        if exc.marked and not repair_refused(config):
+            # found by a read during start (e.g. a membership entry): restart to repair
+            with contextlib.suppress(Exception):
+                await node.stop()
+            _repair_restart(config, exc)
         _stop_on_corruption(config, exc)
     except Exception as exc:
         if storage_errno(exc) is None:
@@ -115,17 +121,21 @@ async def serve(config: SinkConfig, ready_line: bool = True) -> None:
     await node.stop()
     if node.fatal_error is not None:
         corrupt = _corruption_in(node.fatal_error)
-        if corrupt is not None and not repair_refused(config):
-            log.error(
-                "raftsink.repair_restart node=%d dir=%s: %s. This node restarts itself to "
-                "repair its log: it keeps the intact prefix and fetches the rest from the "
-                "leader, voting again once re-admitted",
-                config.node_id,
-                config.data_dir,
-                corrupt,
-            )
-            raise RepairRestart(str(corrupt))
+        if corrupt is not None and corrupt.marked and not repair_refused(config):
+            _repair_restart(config, corrupt)
         _stop_loudly(config, node.fatal_error)
+
+
+def _repair_restart(config: SinkConfig, corrupt: CorruptLogError) -> None:
+    log.error(
+        "raftsink.repair_restart node=%d dir=%s: %s. This node restarts itself to repair its "
+        "log: it keeps the intact prefix and fetches the rest from the leader, voting again "
+        "once re-admitted",
+        config.node_id,
+        config.data_dir,
+        corrupt,
+    )
+    raise RepairRestart(str(corrupt))
 
 
 async def _watch_fatal(node: SinkNode) -> None:
