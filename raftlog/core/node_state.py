@@ -178,6 +178,9 @@ class RawNode:
         self.heartbeat_elapsed = 0
         self.randomized_timeout = config.election_tick
         self.votes: dict[int, bool] = {}
+        # (term, index): this term's leader verified our log up to index (AppendEntries
+        # log matching); a replacement commits no further on a heartbeat
+        self._verified: tuple[int, int] = (0, 0)
         self.progress: dict[int, Progress] = {}
         self.lead_transferee = 0
         self.pending_conf_index = 0
@@ -766,6 +769,8 @@ class RawNode:
                     raise RaftSafetyError(f"conflict at {ci} <= committed {log.committed}")
                 self._append(ents[ci - m.prev_index - 1 :])
             log.commit_to(min(m.commit, last_new))
+            if self._verified[0] != self.term or self._verified[1] < last_new:
+                self._verified = (self.term, last_new)
             self._reply_append(m, last_new)
             return
         hint = min(m.prev_index, log.last_index())
@@ -783,7 +788,16 @@ class RawNode:
         )
 
     def _handle_heartbeat(self, m: Heartbeat) -> None:
-        self.log.commit_to(min(m.commit, self.log.last_index()))
+        limit = self.log.last_index()
+        if self.is_replacement():
+            # The leader's commit for us is min(its commit, the match it recorded for this
+            # node), and that match may be of the storage this node lost: our log may hold
+            # other entries there (from an older leader). Commit only what this term's
+            # leader has verified by an AppendEntries (found by the simulator, seed 645
+            # with the middle_and_vote loss kind: a stale match committed a term-2 entry).
+            term, verified = self._verified
+            limit = min(limit, verified if term == self.term else self.log.committed)
+        self.log.commit_to(min(m.commit, limit))
         self._send(HeartbeatResponse(src=self.id, dst=m.src, term=self.term, context=m.context))
 
     def _handle_snapshot(self, m: InstallSnapshot) -> None:

@@ -77,6 +77,10 @@ class SimParams:
     """Nodes run with incarnations (docs/raft-core.md, "Node identity")."""
     storage_loss_weight: int = 0
     """Relative frequency of storage-loss faults among the chaos actions."""
+    loss_kinds: tuple[str, ...] = ("all", "hard_state", "suffix", "middle")
+    """The storage-loss kinds chaos picks from (SimCluster.LOSS_KINDS). The default keeps
+    the seeds' random streams of before middle_and_vote; tests/sim/test_sim_storage_loss.py
+    adds it."""
 
 
 def _digest(prev: bytes, e: LogEntry) -> bytes:
@@ -201,7 +205,11 @@ class SimCluster:
     def _new_incarnation(self) -> int:
         return self._inc_rng.randrange(1, 2**63)
 
-    LOSS_KINDS = ("all", "hard_state", "suffix", "middle")
+    LOSS_KINDS = ("all", "hard_state", "suffix", "middle", "middle_and_vote")
+    """What a node's storage loses. suffix/middle: the real storage's repair
+    (raftlog/storage/repair.py) keeps the intact prefix before a lost tail or a
+    damaged range, with the snapshot and the vote record; middle_and_vote: the same
+    with the index (hence the vote record and the commit checkpoint) lost too."""
 
     def lose_storage(self, nid: int, kind: str) -> bool:
         """Crash `nid` and damage its storage (`kind` in LOSS_KINDS); it stays down
@@ -227,6 +235,10 @@ class SimCluster:
                 k = self.rng.randint(lo, hi)
                 del st._ents[k - lo :]
                 hs = st.hard_state
+                if kind == "middle_and_vote":
+                    # the vote record went with the index: the repaired node has no term,
+                    # no vote and no commit checkpoint (it may never vote on them)
+                    hs = HardState()
                 st.hard_state = HardState(hs.term, hs.vote, min(hs.commit, st.last_index()))
         sn.applied, sn.digest = 0, b""
         if self.p.identity:

@@ -91,7 +91,7 @@ def _chaos_action(c: SimCluster, r: random.Random) -> None:
     elif action == "partition" and r.random() < c.p.leader_bias:
         c.isolate_leader()
     elif action == "lose_storage":
-        c.lose_storage(r.choice(list(c.nodes)), r.choice(c.LOSS_KINDS))
+        c.lose_storage(r.choice(list(c.nodes)), r.choice(c.p.loss_kinds))
     elif action == "restart":
         down = [n for n in c.nodes.values() if not n.alive]
         if down:

@@ -1,5 +1,7 @@
 """Storage loss in the simulator (issue 12): nodes lose their whole storage, their
-vote record (hard state) or their log from some index on, mixed with crashes,
+vote record (hard state), their log from some index on (a lost suffix, or the
+repair of a damaged middle range: the intact prefix kept, raftlog/storage/repair.py),
+or such a range together with their vote record (a damaged index), mixed with crashes,
 partitions and membership changes; every invariant is checked after every event
 (no committed entry lost: leader completeness and state-machine safety; at most
 one leader per term). RAFTSINK_SIM_LOSS_SEEDS sets how many seeds (default below;
@@ -18,7 +20,7 @@ from raftlog.sim import SimFailure, run_seed
 from raftlog.sim.cluster import SimCluster, SimParams
 
 DEFAULT_SEEDS = 1000
-LOSSY = {"identity": True, "storage_loss_weight": 8}
+LOSSY = {"identity": True, "storage_loss_weight": 8, "loss_kinds": SimCluster.LOSS_KINDS}
 
 
 def test_storage_loss_seeds_with_identity(monkeypatch):
@@ -56,7 +58,13 @@ def test_checker_catches_storage_loss_without_identity():
     text = str(info.value)
     assert any(
         w in text
-        for w in ("leader completeness", "state-machine safety", "committed", "commit index")
+        for w in (
+            "leader completeness",
+            "state-machine safety",
+            "committed",
+            "commit index",
+            "election safety",  # a lost vote record given twice (middle_and_vote, hard_state)
+        )
     ), text[:400]
 
 
@@ -76,3 +84,11 @@ def test_loss_is_refused_while_the_cluster_could_not_vouch():
     c.restart(victim)
     c.run_until(c.now + 3000)
     assert c.lose_storage(other, "suffix")  # the first was re-admitted meanwhile
+
+
+def test_a_replacement_commits_on_a_heartbeat_only_what_this_leader_verified():
+    """Seed 645 (middle_and_vote among the kinds): a leader's heartbeat carried
+    min(commit, match) with the match of the node's lost storage, and the repaired node,
+    whose kept log held an old leader's uncommitted entry there, committed it
+    ("node 2 has term 2 at committed index 10, committed term is 3")."""
+    run_seed(645, **LOSSY)
