@@ -105,6 +105,7 @@ _STR_SAMPLES = {
     "node.metrics_listen": "127.0.0.1:9400",
     "node.log_level": "INFO",
     "node.event_loop": "asyncio",
+    "storage.on_corruption": "stop",
     "kafka.listen": "0.0.0.0:9094",
     "kafka.external_listen": "0.0.0.0:9095",
     "kafka.cluster_id": "prod-eu",

@@ -120,5 +120,7 @@ def test_verify_reports_what_repair_would_do(tmp_path):
         f.write(b"\xff\xfe")
     report = verify_data_dir(os.path.join(d, "log"))
     assert not report.ok
-    assert "move this directory away" in report.repair() and "replacement" in report.repair()
-    assert "repair: the node stops" in report.to_text()
+    # issue 12: damage is repaired (the intact prefix kept, the rest from the peers)
+    assert report.repair_plan() == {"kept": [1, 16], "fetched_from": 17, "cut_up_to": 49}
+    assert "keeps entries 1..16" in report.repair() and "replacement" in report.repair()
+    assert "repair: keeps entries 1..16" in report.to_text()
