@@ -335,6 +335,8 @@ class SinkNode:
             "kafka_handler_errors": kafka.handler_errors,
             "produce_inflight_duplicates": svc.inflight_duplicates,
             "produce_committed_duplicates": svc.committed_duplicates,
+            "produce_sequence_gaps_retried": svc.sequence_gaps.retried,
+            "produce_sequence_gaps_refused": svc.sequence_gaps.refused,
             # consumer-group offsets removed by this node's expiry entries
             "group_offsets_expired": svc.offsets.expired_total,
             # consumer groups coordinated here (sink.groups): live groups, rebalances
