@@ -12,7 +12,13 @@ import os
 import pytest
 
 from raftlog.entry import EntryType, HardState, LogEntry
-from raftlog.storage import DataDirLockedError, LogEnvironment, StorageError
+from raftlog.storage import (
+    DataDirLockedError,
+    LogEnvironment,
+    LogStore,
+    StorageError,
+    StorageOptions,
+)
 from tests.helpers.storage import SMALL, entries
 
 GiB = 1024**3
@@ -79,3 +85,87 @@ def test_the_environment_guards_its_directory_and_its_groups(tmp_path):
     with pytest.raises(StorageError):
         env.open_log(6)
     assert os.path.isdir(tmp_path / "data" / "groups" / "5" / "segments")
+
+
+# ------------------------------------------------------------ map growth
+
+
+def _map_size(env: LogEnvironment) -> int:
+    return env._index.env.info()["map_size"]
+
+
+def test_a_full_lmdb_map_grows_instead_of_failing_the_logs(tmp_path):
+    # A map far too small for what the groups write: every write that does not fit
+    # must grow the map (lmdb.MapFullError -> resize -> retry), never fail the log.
+    small = StorageOptions(
+        segment_bytes=4096,
+        index_checkpoint_entries=8,
+        index_checkpoint_bytes=2048,
+        lmdb_map_bytes=256 * 1024,
+    )
+    env = LogEnvironment.open(str(tmp_path / "data"), small)
+    before = _map_size(env)
+    logs = {g: env.open_log(g) for g in range(40)}
+    for rnd in range(5):
+        for g, log in logs.items():
+            log.append(entries(rnd * 60 + 1, 60, term=1, size=20))
+            log.save_hard_state(HardState(term=1, vote=g, commit=rnd * 60))
+    LogStore.save_hard_states([(log, HardState(2, g, 300)) for g, log in logs.items()])
+    assert _map_size(env) > before
+    assert env.map_resizes >= 1
+    for log in logs.values():
+        log.close()
+    env.delete_group(7)
+    env.close()
+    env = LogEnvironment.open(str(tmp_path / "data"), small)  # the configured size is smaller
+    for g in (0, 13, 39):
+        log = env.open_log(g)
+        assert (log.first_index(), log.last_index()) == (1, 300)
+        assert log.read(299, 2, 1 << 20) == entries(299, 2, term=1, size=20)
+        assert log.hard_state() == HardState(2, g, 300)
+    assert env.open_log(7).last_index() == 0  # deleted: its keys are gone
+    env.close()
+
+
+# ------------------------------------------------------------ one env per log (old layouts)
+
+
+def test_a_group_log_written_in_its_own_lmdb_environment_still_opens(tmp_path):
+    # Compatibility, not migration: a groups/<id>/ directory written by LogStore.open
+    # (one LMDB environment per log) is opened as it is, beside the shared index.
+    root = tmp_path / "data"
+    old = LogStore.open(str(root / "groups" / "3"), SMALL)
+    old.append(entries(1, 30, term=2))
+    old.save_hard_state(HardState(term=2, vote=1, commit=30))
+    old.close()
+    env = LogEnvironment.open(str(root), SMALL)
+    log = env.open_log(3)
+    # read through the shared index, the vote (and the index) would be lost
+    assert log.hard_state() == HardState(term=2, vote=1, commit=30)
+    assert (log.first_index(), log.last_index(), log.term_at(30)) == (1, 30, 2)
+    assert env.own_environment_groups() == [3]
+    log.append(entries(31, 5, term=2))
+    fresh = env.open_log(4)  # new groups go to the shared index
+    fresh.append(entries(1, 3))
+    assert not os.path.exists(root / "groups" / "4" / "index")
+    log.close()
+    fresh.close()
+    env.delete_group(3)  # its keys live in its own directory: removing that removes them
+    env.close()
+    env = LogEnvironment.open(str(root), SMALL)
+    assert env.open_log(4).last_index() == 3
+    env.close()
+
+
+def test_a_single_log_directory_is_refused_not_misread(tmp_path):
+    # A directory laid out by LogStore.open (index/ with unprefixed keys, segments/)
+    # must not be read as a shared index: its keys would be taken for group prefixes.
+    root = tmp_path / "node"
+    old = LogStore.open(str(root), SMALL)
+    old.append(entries(1, 10))
+    old.close()
+    with pytest.raises(StorageError, match="single log"):
+        LogEnvironment.open(str(root), SMALL)
+    again = LogStore.open(str(root), SMALL)  # and it still opens as what it is
+    assert again.last_index() == 10
+    again.close()
