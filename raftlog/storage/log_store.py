@@ -535,16 +535,16 @@ class LogStore(RecoveryMixin, TruncateMixin):
         if not items:
             return
         first = items[0][0]
-        env = first._index.env
-        for store, _ in items:
+        writers = []
+        for store, hs in items:
             store._check_open()
-            if store._index.env is not env:
-                raise ValueError("save_hard_states: the logs do not share one index")
+            w = IndexWriter(store._index)
+            w.set_hard_state(hs)
+            writers.append(w)
         try:
-            with env.begin(write=True) as txn:
-                for store, hs in items:
-                    IndexWriter(store._index, txn).set_hard_state(hs)
-            env.sync(True)
+            first._index.commit_together(writers, durable=True)
+        except ValueError:
+            raise  # the logs do not share one index: nothing was written
         except BaseException as exc:
             for store, _ in items:
                 store._failed = exc

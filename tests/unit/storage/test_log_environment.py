@@ -8,6 +8,8 @@ user address space (measured: the 2,046th open failed with ENOMEM).
 from __future__ import annotations
 
 import os
+import shutil
+import threading
 
 import pytest
 
@@ -116,6 +118,7 @@ def test_a_full_lmdb_map_grows_instead_of_failing_the_logs(tmp_path):
     for log in logs.values():
         log.close()
     env.delete_group(7)
+    shutil.rmtree(env.group_directory(7))  # as RaftHost.remove_group(delete=True)
     env.close()
     env = LogEnvironment.open(str(tmp_path / "data"), small)  # the configured size is smaller
     for g in (0, 13, 39):
@@ -151,9 +154,12 @@ def test_a_group_log_written_in_its_own_lmdb_environment_still_opens(tmp_path):
     log.close()
     fresh.close()
     env.delete_group(3)  # its keys live in its own directory: removing that removes them
+    shutil.rmtree(env.group_directory(3))
     env.close()
     env = LogEnvironment.open(str(root), SMALL)
+    assert env.own_environment_groups() == []
     assert env.open_log(4).last_index() == 3
+    assert env.open_log(3).last_index() == 0
     env.close()
 
 
@@ -169,3 +175,48 @@ def test_a_single_log_directory_is_refused_not_misread(tmp_path):
     again = LogStore.open(str(root), SMALL)  # and it still opens as what it is
     assert again.last_index() == 10
     again.close()
+
+
+def test_readers_on_other_threads_survive_map_growth(tmp_path):
+    # The map is resized while another thread keeps reading the index: LMDB needs
+    # no transaction active during a resize (a remap under a reader can crash it).
+    small = StorageOptions(
+        segment_bytes=4096,
+        index_checkpoint_entries=4,
+        index_checkpoint_bytes=1024,
+        lmdb_map_bytes=128 * 1024,
+    )
+    env = LogEnvironment.open(str(tmp_path / "data"), small)
+    reader_log = env.open_log(0)
+    reader_log.append(entries(1, 20, term=1, size=20))
+    reader_log.close()
+    reader_log = env.open_log(0)  # its locations now come from the index
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    reads = [0]
+    first_read = threading.Event()
+
+    def read_forever() -> None:
+        try:
+            while not stop.is_set():
+                assert reader_log._index.location(7) is not None
+                assert reader_log.hard_state() == HardState()
+                reads[0] += 1
+                first_read.set()
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=read_forever)
+    t.start()
+    try:
+        assert first_read.wait(60), f"the reader thread never read: {errors}"
+        writers = [env.open_log(g) for g in range(1, 30)]
+        for rnd in range(6):
+            for log in writers:
+                log.append(entries(rnd * 40 + 1, 40, term=1, size=20))
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors
+    assert env.map_resizes >= 1
+    env.close()
