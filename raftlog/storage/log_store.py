@@ -436,7 +436,8 @@ class LogStore(RecoveryMixin, TruncateMixin):
             del new_locs[: len(placed)]
             configs.clear()
             self._checkpoint(seal=old)
-            old.seal()
+            with self._lock:  # readers pread through the descriptor seal() closes
+                old.seal()
         seg = Segment.create(self._seg_dir, first_index)
         with self._lock:
             self._segments.append(seg)

@@ -222,9 +222,12 @@ class Segment:
         self._read_fd = self._write_fd = None
 
     def seal(self) -> None:
-        """No more appends (data is already synced): the descriptor stays, for reads
-        only (closing it here could pull it from under a concurrent pread)."""
-        self._write_fd = None
+        """No more appends (data is already synced): close the descriptor; a later read
+        opens a read-only one. The caller holds the store's lock, under which every
+        pread runs, because readers share this descriptor."""
+        if self._read_fd is not None:
+            os.close(self._read_fd)
+        self._read_fd = self._write_fd = None
 
     def file_size(self) -> int:
         return os.stat(self.path).st_size

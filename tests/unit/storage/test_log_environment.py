@@ -230,3 +230,17 @@ def test_readers_on_other_threads_survive_map_growth(tmp_path):
     assert not errors, errors
     assert env.map_resizes >= 1
     env.close()
+
+
+def test_sealed_segments_hold_no_descriptor_until_read(tmp_path):
+    env = LogEnvironment.open(str(tmp_path / "data"), SMALL)
+    fds = _open_fds()
+    log = env.open_log(1)
+    for start in range(1, 401, 20):  # 4 KiB segments: about 20 of them
+        log.append(entries(start, 20, size=200))
+    assert len(log._segments) > 10
+    assert _open_fds() - fds <= 1  # the active segment's only
+    assert log.read(5, 1, 1 << 20) == entries(5, 1, size=200)  # opens one to read
+    assert _open_fds() - fds <= 2
+    log.close()
+    env.close()
