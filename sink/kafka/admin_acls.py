@@ -79,9 +79,12 @@ async def create_acls(
     return [(r.error_code, r.error_message) for r in resp.results]
 
 
-async def describe_acls(bootstrap: Sequence[Address], f: AclFilter) -> list[AclBinding]:
-    """The bindings the filter matches, as the controller has them applied."""
-    addr = await find_controller(bootstrap)
+async def describe_acls(
+    bootstrap: Sequence[Address], f: AclFilter, *, at_node: bool = False
+) -> list[AclBinding]:
+    """The bindings the filter matches, as the controller has them applied (at_node:
+    as the first bootstrap node has them: tests waiting for every node to apply)."""
+    addr = bootstrap[0] if at_node else await find_controller(bootstrap)
     resp = await request(addr, DescribeAclsRequest.__api_key__, _VERSION, _filter_values(f))
     if resp.error_code != ErrorCode.none:
         raise AdminError(f"{resp.error_code.name.upper()}: {resp.error_message or ''}")
