@@ -136,13 +136,14 @@ def _binding(topic: str, user, op, perm=AclPermissionType.ALLOW, rtype=CkResourc
 
 
 def _create(cluster, bindings) -> None:
-    for fut in _admin(cluster).create_acls(bindings, request_timeout=30).values():
+    admin = _admin(cluster)  # kept alive until its futures are done
+    for fut in admin.create_acls(bindings, request_timeout=30).values():
         assert fut.result() is None
 
 
 def _create_topic(cluster, topic: str) -> None:
-    fut = _admin(cluster).create_topics([ck.admin.NewTopic(topic, 1)])[topic]
-    fut.result(timeout=30)
+    admin = _admin(cluster)
+    admin.create_topics([ck.admin.NewTopic(topic, 1)])[topic].result(timeout=30)
 
 
 def _high_watermark(cluster, topic: str) -> int:
@@ -153,8 +154,9 @@ def _high_watermark(cluster, topic: str) -> int:
         c.close()
 
 
-def _produce(cluster, user, topic: str, n: int = 5) -> list:
-    p = ck.Producer(_conf(cluster, user, **{"acks": "all", "message.timeout.ms": 20000}))
+def _produce(cluster, user, topic: str, n: int = 5, idempotent: bool = False) -> list:
+    conf = {"acks": "all", "message.timeout.ms": 20000, "enable.idempotence": idempotent}
+    p = ck.Producer(_conf(cluster, user, **conf))
     errors: list = []
     for i in range(n):
         p.produce(topic, f"v{i}".encode(), on_delivery=lambda e, m: errors.append(e))
@@ -220,8 +222,9 @@ def test_confluent_admin_creates_describes_and_deletes_acls(cluster):
     assert sorted(deleted) == sorted(bindings)
     assert admin.describe_acls(match, request_timeout=30).result() == []
     # A user without ALTER on the cluster may not create ACLs.
+    bob = _admin(cluster, BOB)
     with pytest.raises(ck.KafkaException, match="CLUSTER_AUTHORIZATION_FAILED"):
-        _admin(cluster, BOB).create_acls(bindings[:1], request_timeout=30)[bindings[0]].result()
+        bob.create_acls(bindings[:1], request_timeout=30)[bindings[0]].result()
 
 
 def test_produce_without_write_writes_nothing(cluster):
@@ -246,7 +249,8 @@ def test_fetch_without_read_and_describe_hides_topics(cluster):
         _create_topic(cluster, t)
     _create(cluster, [_binding(topic, ALICE, AclOperation.WRITE)])  # WRITE implies DESCRIBE
     _on_every_node(cluster, AclFilter(ResourceType.TOPIC, topic), 1)
-    assert _produce(cluster, ALICE, topic, 3) == [None] * 3
+    # Idempotent: InitProducerId is allowed by WRITE on a topic (no IDEMPOTENT_WRITE).
+    assert _produce(cluster, ALICE, topic, 3, idempotent=True) == [None] * 3
     c = ck.Consumer(_conf(cluster, ALICE, **{"group.id": "unused", "enable.auto.commit": False}))
     try:
         # Metadata: only what alice may DESCRIBE; a named hidden topic is refused.
@@ -255,16 +259,20 @@ def test_fetch_without_read_and_describe_hides_topics(cluster):
         named = c.list_topics(hidden, timeout=20).topics[hidden]
         assert named.error is not None
         assert named.error.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
-        # Fetch without READ.
+        # Fetch without READ (librdkafka also looks the group up: GROUP_AUTHORIZATION_FAILED
+        # for FindCoordinator, alice having no ACL on the group, comes along; skipped).
         c.assign([ck.TopicPartition(topic, 0, 0)])
-        err = None
+        errors: list = []
         deadline = time.monotonic() + 30
-        while err is None and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not any(
+            e.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED for e in errors
+        ):
             m = c.poll(0.5)
             if m is not None and m.error() is not None:
-                err = m.error()
+                errors.append(m.error())
             assert m is None or m.error() is not None, "alice read a record without READ"
-        assert err is not None and err.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+        codes = {e.code() for e in errors}
+        assert ck.KafkaError.TOPIC_AUTHORIZATION_FAILED in codes, errors
     finally:
         c.close()
 
