@@ -209,6 +209,12 @@ def _init_producer_id(ctx: HandlerContext, call: Call) -> ErrorCode | None:
 
 _INIT_PRODUCER_ID = int(InitProducerIdRequest.__api_key__)
 
+CHECKED_IN_HANDLER = frozenset({0, 1, 2, 3, 16, 19, 20})
+"""Produce, Fetch, ListOffsets, Metadata, ListGroups, CreateTopics, DeleteTopics: the
+handlers check each item themselves."""
+OPEN = frozenset({17, 18, 36})
+"""SaslHandshake, ApiVersions, SaslAuthenticate: answered to anyone (Kafka's too)."""
+
 
 def gate(ctx: HandlerContext, api_key: int, call: Call) -> ErrorCode | None:
     """The error the whole request is answered with, or None: its handler runs
