@@ -14,9 +14,7 @@ client may be connected to any node, and each decides from its own applied state
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
+import contextvars
 import time
 import uuid
 
@@ -367,21 +365,22 @@ def kafka_no_error():
     return NoError
 
 
-def test_raftsink_acl_cli(cluster):
+def test_raftsink_acl_cli(cluster, capsys, monkeypatch):
+    """`raftsink acl` run in-process (sink.cli.main: the command's own code, without an
+    interpreter start per call), each call in a fresh context (its connection is a
+    context variable)."""
+    from sink.cli import main
+
     topic = f"acl-cli-{uuid.uuid4().hex[:6]}"
 
-    def cli(*args: str, user=ADMIN) -> subprocess.CompletedProcess:
-        argv = [sys.executable, "-m", "sink.cli", "acl", *args]
-        argv += ["--bootstrap-servers", cluster.bootstrap_servers, "--sasl-user", user[0]]
-        return subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, "RAFTSINK_SASL_PASSWORD": user[1]},
-        )
+    def cli(*args: str, user=ADMIN) -> tuple[int, str, str]:
+        monkeypatch.setenv("RAFTSINK_SASL_PASSWORD", user[1])
+        argv = ["acl", *args, "--bootstrap-servers", cluster.bootstrap_servers]
+        code = contextvars.copy_context().run(main, [*argv, "--sasl-user", user[0]])
+        out = capsys.readouterr()
+        return code, out.out, out.err
 
-    out = cli(
+    code, out, err = cli(
         "add",
         "--allow-principal",
         "User:alice",
@@ -392,15 +391,67 @@ def test_raftsink_acl_cli(cluster):
         "--topic",
         topic,
     )
-    assert out.returncode == 0, out
-    out = cli("list", "--topic", topic)
-    assert out.returncode == 0, out
-    assert "operation=READ" in out.stdout and "operation=WRITE" in out.stdout
-    out = cli("remove", "--topic", topic, "--operation", "WRITE")
-    assert out.returncode == 0 and "removed 1 ACL(s)" in out.stdout, out
-    out = cli("list", "--topic", topic)
-    assert "operation=WRITE" not in out.stdout and "operation=READ" in out.stdout
+    assert code == 0, err
+    code, out, _ = cli("list", "--topic", topic)
+    assert code == 0 and "operation=READ" in out and "operation=WRITE" in out, out
+    code, out, err = cli("remove", "--topic", topic, "--operation", "WRITE")
+    assert code == 0 and "removed 1 ACL(s)" in out, (out, err)
+    _, out, _ = cli("list", "--topic", topic)
+    assert "operation=WRITE" not in out and "operation=READ" in out, out
     # Usage errors are exit status 2; the cluster's refusals 1.
-    assert cli("add", "--topic", topic).returncode == 2
-    bad = cli("list", user=BOB)  # no DESCRIBE on the cluster
-    assert bad.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in bad.stderr, bad
+    assert cli("add", "--topic", topic)[0] == 2
+    code, _, err = cli("list", user=BOB)  # no DESCRIBE on the cluster
+    assert code == 1 and "CLUSTER_AUTHORIZATION_FAILED" in err, err
+
+
+def test_mutual_tls_principal_from_the_certificate(tmp_path_factory):
+    """Without SASL, a client certificate names the principal: CN=writer is User:writer
+    under the rule given (one node: the mapping is per connection, not per cluster)."""
+    from tests.helpers.tls_certs import make_certs
+
+    certs = make_certs(tmp_path_factory.mktemp("acl-certs"), names=("node1", "admin", "writer"))
+    c = SinkProcessCluster(
+        str(tmp_path_factory.mktemp("acl-mtls")),
+        n=1,
+        extra_args=[
+            *certs.node_flags("node1", kafka=True, kafka_client_auth="required"),
+            "--authorization-super-users",
+            "User:admin",
+            "--authorization-tls-principal-rules",
+            "RULE:^CN=([^,]*)$/$1/,DEFAULT",
+        ],
+        authorization=True,
+    )
+    c.start()
+    try:
+        asyncio.run(c.wait_ready(120))
+
+        def conf(name: str, **extra) -> dict:
+            return {
+                "bootstrap.servers": c.bootstrap_servers,
+                "security.protocol": "ssl",
+                "ssl.ca.location": certs.ca,
+                "ssl.certificate.location": certs.cert(name),
+                "ssl.key.location": certs.key(name),
+                **extra,
+            }
+
+        topic, other = "mtls-allowed", "mtls-other"
+        admin = AdminClient(conf("admin"))
+        for t in (topic, other):
+            admin.create_topics([ck.admin.NewTopic(t, 1)])[t].result(timeout=30)
+        b = _binding(topic, ("writer",), AclOperation.WRITE)
+        assert admin.create_acls([b], request_timeout=30)[b].result() is None
+
+        def produce(t: str) -> list:
+            p = ck.Producer(conf("writer", **{"acks": "all", "message.timeout.ms": 20000}))
+            errors: list = []
+            p.produce(t, b"v", on_delivery=lambda e, m: errors.append(e))
+            assert p.flush(60) == 0
+            return errors
+
+        assert produce(topic) == [None]
+        [err] = produce(other)
+        assert err is not None and err.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+    finally:
+        c.stop()
