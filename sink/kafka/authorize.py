@@ -3,14 +3,15 @@
 Two places check:
 - the handlers of APIs answered per topic or partition where Kafka hides or fails
   single items (Produce, Fetch, ListOffsets, Metadata, CreateTopics, DeleteTopics,
-  ListGroups) check each item themselves with `allowed(ctx, call, ...)`;
+  ListGroups, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) check each item
+  themselves with `allowed(ctx, call, ...)`;
 - every other API is checked here, before its handler runs (`gate`, called by the
   connection's dispatch step): a request that needs anything the principal lacks
   is answered whole with its API's error_response and the code Kafka gives
   (GROUP_/TOPIC_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Where Kafka
   would fail only the denied topics of a multi-topic request (OffsetCommit's
-  topics, DescribeConfigs, DeleteRecords, CreatePartitions, ...), the whole request
-  is refused: stricter than Kafka, never looser.
+  topics, DeleteRecords, CreatePartitions, ...), the whole request is refused:
+  stricter than Kafka, never looser.
 
 The gate runs on the node the client is connected to, before any relay to the
 leader: a relayed request has already been authorized for its client's principal
@@ -134,18 +135,6 @@ def _find_coordinator(req: Any) -> list[Need]:
     return [(rtype, k, Operation.DESCRIBE) for k in keys]
 
 
-def _configs(topic_op: Operation, cluster_op: Operation) -> Callable[[Any], list[Need]]:
-    def needs(req: Any) -> list[Need]:
-        return [
-            (TOPIC, r.resource_name, topic_op)
-            if int(r.resource_type) == _CONFIG_TOPIC
-            else (CLUSTER, CLUSTER_NAME, cluster_op)
-            for r in req.resources
-        ]
-
-    return needs
-
-
 GATES: dict[int, Callable[[Any], list[Need]]] = {
     int(r.__api_key__): f
     for r, f in (
@@ -172,12 +161,6 @@ GATES: dict[int, Callable[[Any], list[Need]]] = {
         (DeleteRecordsRequest, _topics(Operation.DELETE)),
         (DescribeProducersRequest, _topics(Operation.READ)),
         (OffsetForLeaderEpochRequest, _topics(Operation.DESCRIBE, "topic")),
-        (DescribeConfigsRequest, _configs(Operation.DESCRIBE_CONFIGS, Operation.DESCRIBE_CONFIGS)),
-        (AlterConfigsRequest, _configs(Operation.ALTER_CONFIGS, Operation.ALTER_CONFIGS)),
-        (
-            IncrementalAlterConfigsRequest,
-            _configs(Operation.ALTER_CONFIGS, Operation.ALTER_CONFIGS),
-        ),
         (DescribeClusterRequest, _cluster(Operation.DESCRIBE)),
         (DescribeLogDirsRequest, _cluster(Operation.DESCRIBE)),
         (DescribeClientQuotasRequest, _cluster(Operation.DESCRIBE_CONFIGS)),
@@ -209,9 +192,12 @@ def _init_producer_id(ctx: HandlerContext, call: Call) -> ErrorCode | None:
 
 _INIT_PRODUCER_ID = int(InitProducerIdRequest.__api_key__)
 
-CHECKED_IN_HANDLER = frozenset({0, 1, 2, 3, 16, 19, 20})
-"""Produce, Fetch, ListOffsets, Metadata, ListGroups, CreateTopics, DeleteTopics: the
-handlers check each item themselves."""
+CHECKED_IN_HANDLER = frozenset(
+    int(r.__api_key__)
+    for r in (DescribeConfigsRequest, AlterConfigsRequest, IncrementalAlterConfigsRequest)
+) | frozenset({0, 1, 2, 3, 16, 19, 20})
+"""Produce, Fetch, ListOffsets, Metadata, ListGroups, CreateTopics, DeleteTopics and the
+config APIs: the handlers check each item themselves."""
 OPEN = frozenset({17, 18, 36})
 """SaslHandshake, ApiVersions, SaslAuthenticate: answered to anyone (Kafka's too)."""
 
@@ -229,6 +215,16 @@ def gate(ctx: HandlerContext, api_key: int, call: Call) -> ErrorCode | None:
     if needs is None:
         return None
     return denial(ctx, call, needs(call.req))
+
+
+def config_denial(ctx: HandlerContext, call: Call, r: Any, alter: bool) -> ErrorCode | None:
+    """DescribeConfigs / AlterConfigs per resource: DESCRIBE_CONFIGS / ALTER_CONFIGS on
+    the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker, the cluster
+    (CLUSTER_AUTHORIZATION_FAILED); None: allowed."""
+    op = Operation.ALTER_CONFIGS if alter else Operation.DESCRIBE_CONFIGS
+    if int(r.resource_type) == _CONFIG_TOPIC:
+        return denial(ctx, call, [(TOPIC, r.resource_name, op)])
+    return denial(ctx, call, [(CLUSTER, CLUSTER_NAME, op)])
 
 
 def may_create_topic(ctx: HandlerContext, call: Call, name: str) -> bool:

@@ -149,3 +149,12 @@ def test_every_api_is_authorized_somewhere():
     covered = set(authorize.GATES) | authorize.CHECKED_IN_HANDLER | authorize.OPEN
     covered.add(22)  # InitProducerId: its own rule in gate()
     assert set(REGISTRY) - covered == set()
+
+
+def test_describe_configs_answers_each_resource():
+    node = _node(_allow("t", Operation.ALTER_CONFIGS))  # implies DESCRIBE_CONFIGS
+    _call(node, 0, 9, produce_values(make_batch([b"a"])), principal="User:admin")
+    r = _call(node, 32, 4)  # topic "t" and broker "1"
+    assert [int(x.error_code) for x in r.results] == [0, 31]
+    r = _call(_node(), 32, 4)
+    assert [int(x.error_code) for x in r.results] == [29, 31]
