@@ -3,14 +3,14 @@
 Two places check:
 - the handlers of APIs answered per topic or partition where Kafka hides or fails
   single items (Produce, Fetch, ListOffsets, Metadata, CreateTopics, DeleteTopics,
-  ListGroups, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) check each item
-  themselves with `allowed(ctx, call, ...)`;
+  ListGroups, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, OffsetFetch,
+  OffsetCommit's topics) check each item themselves with `allowed(ctx, call, ...)`;
 - every other API is checked here, before its handler runs (`gate`, called by the
   connection's dispatch step): a request that needs anything the principal lacks
   is answered whole with its API's error_response and the code Kafka gives
   (GROUP_/TOPIC_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Where Kafka
-  would fail only the denied topics of a multi-topic request (OffsetCommit's
-  topics, DeleteRecords, CreatePartitions, ...), the whole request is refused:
+  would fail only the denied topics of a multi-topic request (DeleteRecords,
+  CreatePartitions, DescribeProducers, ...), the whole request is refused:
   stricter than Kafka, never looser.
 
 The gate runs on the node the client is connected to, before any relay to the
@@ -114,21 +114,6 @@ def _topics(op: Operation, attr: str = "name") -> Callable[[Any], list[Need]]:
     return lambda req: [(TOPIC, getattr(t, attr), op) for t in req.topics]
 
 
-def _offset_commit(req: Any) -> list[Need]:
-    return [(GROUP, req.group_id, Operation.READ), *_topics(Operation.READ)(req)]
-
-
-def _offset_fetch(req: Any) -> list[Need]:
-    groups = getattr(req, "groups", None)
-    if groups is None:  # v0-7: one group
-        groups = [req]
-    out: list[Need] = []
-    for g in groups:
-        out.append((GROUP, g.group_id, Operation.DESCRIBE))
-        out += [(TOPIC, t.name, Operation.DESCRIBE) for t in g.topics or ()]
-    return out
-
-
 def _find_coordinator(req: Any) -> list[Need]:
     keys = getattr(req, "coordinator_keys", None) or [getattr(req, "key", "")]
     rtype = TXN if int(req.key_type) == 1 else GROUP
@@ -142,8 +127,7 @@ GATES: dict[int, Callable[[Any], list[Need]]] = {
         (SyncGroupRequest, _group(Operation.READ)),
         (HeartbeatRequest, _group(Operation.READ)),
         (LeaveGroupRequest, _group(Operation.READ)),
-        (OffsetCommitRequest, _offset_commit),
-        (OffsetFetchRequest, _offset_fetch),
+        (OffsetCommitRequest, _group(Operation.READ)),  # its topics: in the handler
         (FindCoordinatorRequest, _find_coordinator),
         (
             DescribeGroupsRequest,
@@ -194,10 +178,16 @@ _INIT_PRODUCER_ID = int(InitProducerIdRequest.__api_key__)
 
 CHECKED_IN_HANDLER = frozenset(
     int(r.__api_key__)
-    for r in (DescribeConfigsRequest, AlterConfigsRequest, IncrementalAlterConfigsRequest)
+    for r in (
+        DescribeConfigsRequest,
+        AlterConfigsRequest,
+        IncrementalAlterConfigsRequest,
+        OffsetFetchRequest,
+    )
 ) | frozenset({0, 1, 2, 3, 16, 19, 20})
-"""Produce, Fetch, ListOffsets, Metadata, ListGroups, CreateTopics, DeleteTopics and the
-config APIs: the handlers check each item themselves."""
+"""Produce, Fetch, ListOffsets, Metadata, ListGroups, CreateTopics, DeleteTopics, the
+config APIs and OffsetFetch: the handlers check each item themselves (OffsetCommit's
+topics too, its group in the gate)."""
 OPEN = frozenset({17, 18, 36})
 """SaslHandshake, ApiVersions, SaslAuthenticate: answered to anyone (Kafka's too)."""
 

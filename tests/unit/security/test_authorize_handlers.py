@@ -158,3 +158,26 @@ def test_describe_configs_answers_each_resource():
     assert [int(x.error_code) for x in r.results] == [0, 31]
     r = _call(_node(), 32, 4)
     assert [int(x.error_code) for x in r.results] == [29, 31]
+
+
+def test_offsets_need_the_group_and_each_topic():
+    group_read = _allow("g", Operation.READ, rtype=ResourceType.GROUP)  # implies DESCRIBE
+    node = _node(group_read)
+    _call(node, 0, 9, produce_values(make_batch([b"a"])), principal="User:admin")
+    # OffsetCommit: the group allowed, topic "t" not (no READ): per partition.
+    r = _call(node, 8, 8)
+    assert int(r.topics[0].partitions[0].error_code) == 29
+    # OffsetFetch v7 and v8: per topic; v8 per group too.
+    r = _call(node, 9, 7)
+    assert int(r.error_code) == 0
+    assert {int(p.error_code) for p in r.topics[0].partitions} == {29}
+    r = _call(node, 9, 8)
+    assert int(r.groups[0].error_code) == 0
+    assert int(r.groups[0].topics[0].partitions[0].error_code) == 29
+    assert int(_call(_node(), 9, 8).groups[0].error_code) == 30
+    # With READ on the topic the commit is written and fetched back.
+    node = _node(group_read, _allow("t", Operation.READ))
+    _call(node, 0, 9, produce_values(make_batch([b"a"])), principal="User:admin")
+    assert int(_call(node, 8, 8).topics[0].partitions[0].error_code) == 0
+    p = _call(node, 9, 8).groups[0].topics[0].partitions[0]
+    assert (int(p.error_code), p.committed_offset) == (0, 5)
