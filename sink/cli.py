@@ -8,6 +8,7 @@ raftsink verify  read-only integrity check of a stopped node's storage
 raftsink quotas  list / set / delete client quotas (sink/cli_quotas.py)
 raftsink members list / add / remove / replace members, transfer-leader (sink/cli_members.py)
 raftsink users   list / create / alter / delete SASL users (sink/cli_users.py)
+raftsink acl     add / remove / list ACLs (sink/cli_acl.py)
 raftsink demo    the main job on the embedded default (a tool: demos/, entry point)
 raftsink chaos   the fault campaign (a tool: chaos/, entry point)
 """
@@ -194,17 +195,14 @@ def _add_tls_to_cluster_file(path: str, certs: str) -> None:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from sink.cli_connect import use_read_api_connection
     from sink.readapi import ReadApiClient
-    from sink.readapi.client import tls_credentials
 
-    credentials = None
+    credentials = use_read_api_connection(args)  # TLS flags, or cluster.json's
     if args.cluster:
         with open(args.cluster) as f:
             data = json.load(f)
         nodes = {int(i): n["read_api"] for i, n in data["nodes"].items()}
-        if "tls" in data:
-            tls = data["tls"]
-            credentials = tls_credentials(tls["ca"], tls["cert"], tls["key"])
     elif args.nodes:
         nodes = dict(enumerate(args.nodes.split(","), start=1))
     else:
@@ -451,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", help="cluster.json written by `raftsink local`")
     p.add_argument("--nodes", help="read API addresses HOST:PORT,...")
     p.add_argument("--json", action="store_true", help="raw JSON")
+    from sink.cli_connect import add_read_api_args
+
+    add_read_api_args(p)
     p.set_defaults(func=_cmd_status)
 
     p = sub.add_parser("verify", help="check a data directory's segments and index (read-only)")
@@ -458,6 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=_cmd_verify)
 
+    from sink.cli_acl import add_parser as add_acl_parser
     from sink.cli_members import add_parser as add_members_parser
     from sink.cli_quotas import add_parser as add_quotas_parser
     from sink.cli_users import add_parser as add_users_parser
@@ -465,6 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_quotas_parser(sub)
     add_members_parser(sub)
     add_users_parser(sub)
+    add_acl_parser(sub)
 
     _add_tool_commands(sub)
     return parser

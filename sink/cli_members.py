@@ -22,6 +22,7 @@ import json
 import sys
 from typing import Any
 
+from sink.cli_connect import READ_API_CREDENTIALS, add_read_api_args, use_read_api_connection
 from sink.readapi import ReadApiClient
 
 HELP = "list, add, remove or replace cluster members; transfer leadership"
@@ -41,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--read-api", help="add/replace: the node's read API address HOST:PORT")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
     p.add_argument("--json", action="store_true", help="print the raw JSON reply")
+    add_read_api_args(p)
     p.set_defaults(func=run)
 
 
@@ -112,7 +114,7 @@ async def _call_once(
         if address in tried:
             continue
         tried.add(address)
-        client = ReadApiClient(address)
+        client = ReadApiClient(address, credentials=READ_API_CREDENTIALS.get())
         try:
             reply = await client.members(req, timeout=timeout + 30.0)
         except Exception as exc:
@@ -148,7 +150,7 @@ async def _call_once(
 async def _addresses(nodes: list[str]) -> dict[int, str]:
     """node id -> read API address, from any node's list."""
     for address in nodes:
-        client = ReadApiClient(address)
+        client = ReadApiClient(address, credentials=READ_API_CREDENTIALS.get())
         try:
             reply = await client.members({"op": "list"}, timeout=5.0)
             members = json.loads(reply.json or "{}").get("members", {})
@@ -183,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         nodes = _nodes(args)
         req = build_request(args)
+        use_read_api_connection(args)  # TLS flags, or cluster.json's
     except (ValueError, OSError, KeyError) as exc:
         print(f"raftsink members: {exc}", file=sys.stderr)
         return 2

@@ -6,8 +6,8 @@
     raftsink quotas delete ENTITY --delete-config producer_byte_rate[,...]
 
 ENTITY is --client-id C / --client-id-default, optionally with --user U / --user-default
-(the user is ANONYMOUS until authentication exists). The cluster is given by
---bootstrap-servers HOST:PORT,... or --cluster FILE (cluster.json of `raftsink local`).
+(User:ANONYMOUS for clients without authentication). Connection flags (sink.cli_connect):
+--bootstrap-servers HOST:PORT,... or --cluster FILE, --sasl-user ..., --tls ....
 Exit status: 0 done, 1 the cluster refused or could not be reached, 2 usage.
 """
 
@@ -18,7 +18,7 @@ import asyncio
 import json
 import sys
 
-from sink.config import parse_hostport
+from sink.cli_connect import add_kafka_args, use_kafka_connection
 from sink.kafka.admin import AdminError, alter_client_quotas, describe_client_quotas
 from sink.kafka.protocol.errors import ErrorCode
 from sink.quotas import CLIENT_ID, USER, entity_text
@@ -29,8 +29,7 @@ HELP = "list, set or delete client quotas (produce/fetch byte rates, request tim
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quotas", help=HELP, description=__doc__.split("\n\n")[0])
     p.add_argument("action", choices=("list", "set", "delete"))
-    p.add_argument("--bootstrap-servers", help="Kafka addresses HOST:PORT,...")
-    p.add_argument("--cluster", help="cluster.json written by `raftsink local`")
+    add_kafka_args(p)
     who = p.add_mutually_exclusive_group()
     who.add_argument("--client-id", help="the client id")
     who.add_argument("--client-id-default", action="store_true", help="every client id's default")
@@ -42,17 +41,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--validate-only", action="store_true", help="check, change nothing")
     p.add_argument("--json", action="store_true", help="list: raw JSON")
     p.set_defaults(func=run)
-
-
-def _bootstrap(args: argparse.Namespace) -> list[tuple[str, int]]:
-    if args.cluster:
-        with open(args.cluster) as f:
-            servers = json.load(f)["bootstrap_servers"]
-    elif args.bootstrap_servers:
-        servers = args.bootstrap_servers
-    else:
-        raise ValueError("give --bootstrap-servers HOST:PORT,... or --cluster FILE")
-    return [parse_hostport("--bootstrap-servers", s.strip()) for s in servers.split(",")]
 
 
 def _entity(args: argparse.Namespace) -> list[tuple[str, str | None]]:
@@ -87,7 +75,7 @@ def _ops(args: argparse.Namespace) -> list[tuple[str, float, bool]]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        bootstrap = _bootstrap(args)
+        bootstrap = use_kafka_connection(args)
         entity = _entity(args)
         if args.action != "list":
             if not entity:

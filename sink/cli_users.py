@@ -11,10 +11,10 @@ read from standard input (one line). It is salted and iterated here; only the
 derived credential leaves this process. Without --mechanism, both SCRAM-SHA-256
 and SCRAM-SHA-512 are set (PLAIN logins check either) or deleted.
 
-A cluster that requires SASL: log in with --sasl-user U (password in
-RAFTSINK_SASL_PASSWORD or --sasl-password-file FILE) and --sasl-mechanism
-(default SCRAM-SHA-512). The cluster is given by --bootstrap-servers HOST:PORT,...
-or --cluster FILE (cluster.json of `raftsink local`).
+Connection flags (sink.cli_connect, shared by the admin commands): --bootstrap-servers
+HOST:PORT,... or --cluster FILE; --sasl-user U (password in RAFTSINK_SASL_PASSWORD or
+--sasl-password-file FILE), --sasl-mechanism; --tls, --tls-ca-file, --tls-cert-file,
+--tls-key-file.
 Exit status: 0 done, 1 the cluster refused or could not be reached, 2 usage.
 """
 
@@ -26,12 +26,10 @@ import json
 import os
 import sys
 
-from sink.cli_quotas import _bootstrap
+from sink.cli_connect import add_kafka_args, read_first_line, use_kafka_connection
 from sink.kafka.admin import AdminError
 from sink.kafka.admin_users import alter_users, describe_users, upsertion
 from sink.kafka.protocol.errors import ErrorCode
-from sink.security.sasl import ALL_MECHANISMS
-from sink.security.sasl_client import Login
 from sink.security.scram import DEFAULT_ITERATIONS, MECHANISMS
 
 HELP = "list, create, alter or delete SASL users (SCRAM credentials, through the log)"
@@ -45,35 +43,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mechanism", choices=sorted(MECHANISMS), help="one SCRAM mechanism only")
     p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
     p.add_argument("--password-file", help="file holding the new password (first line)")
-    p.add_argument("--bootstrap-servers", help="Kafka addresses HOST:PORT,...")
-    p.add_argument("--cluster", help="cluster.json written by `raftsink local`")
-    p.add_argument("--sasl-user", help="log in as this user (a cluster that requires SASL)")
-    p.add_argument("--sasl-password-file", help="file holding --sasl-user's password")
-    p.add_argument("--sasl-mechanism", default="SCRAM-SHA-512", choices=ALL_MECHANISMS)
+    add_kafka_args(p)
     p.add_argument("--json", action="store_true", help="list: raw JSON")
     p.set_defaults(func=run)
 
 
-def _read_first_line(path: str) -> str:
-    with open(path, encoding="utf-8") as f:
-        return f.readline().rstrip("\r\n")
-
-
-def _login(args: argparse.Namespace) -> Login | None:
-    if not args.sasl_user:
-        return None
-    if args.sasl_password_file:
-        password = _read_first_line(args.sasl_password_file)
-    else:
-        password = os.environ.get("RAFTSINK_SASL_PASSWORD", "")
-    if not password:
-        raise ValueError("--sasl-user needs RAFTSINK_SASL_PASSWORD or --sasl-password-file")
-    return Login(args.sasl_mechanism, args.sasl_user, password)
-
-
 def _new_password(args: argparse.Namespace) -> str:
     if args.password_file:
-        password = _read_first_line(args.password_file)
+        password = read_first_line(args.password_file)
     elif os.environ.get("RAFTSINK_USER_PASSWORD"):
         password = os.environ["RAFTSINK_USER_PASSWORD"]
     else:
@@ -86,8 +63,8 @@ def _new_password(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     mechs = [args.mechanism] if args.mechanism else sorted(MECHANISMS)
     try:
-        bootstrap = _bootstrap(args)
-        login = _login(args)
+        bootstrap = use_kafka_connection(args)
+        login = None  # the command's login is the connection's (sink.cli_connect)
         if args.action != "list" and not args.name:
             raise ValueError(f"{args.action} needs the user's NAME")
         password = _new_password(args) if args.action in ("create", "alter") else ""

@@ -88,6 +88,11 @@ class NodeCollector(Collector):
             ts.unknown_group_messages,
         )
         yield counter(
+            "raftsink_transport_handler_errors",
+            "Received Raft message runs whose group handler raised (dropped; the link stays up)",
+            ts.handler_errors,
+        )
+        yield counter(
             "raftsink_transport_tls_failures",
             "Raft sends refused in the TLS handshake (peer of another CA, expired certificate)",
             ts.tls_failures,

@@ -51,11 +51,15 @@ class SinkProcessCluster:
         log_level: str = "WARNING",
         node_wrapper: str | None = None,
         read_api_credentials: Any = None,
+        authorization: bool = False,
     ) -> None:
         """node_wrapper: module each node runs as (`python -m node_wrapper serve ...`);
         default sink.cli. It must end by calling sink.cli.main(argv).
         read_api_credentials: gRPC channel credentials for the nodes' read API when it
-        is TLS (sink.readapi.client.tls_credentials); None: plaintext."""
+        is TLS (sink.readapi.client.tls_credentials); None: plaintext.
+        authorization: leave ACL checks on (`raftsink serve`'s default). Off by default
+        here: this launcher is `raftsink local`'s, the demos', the benchmarks' and the
+        tests', whose clients have no ACLs (authorization.enabled; docs/security.md)."""
         self.read_api_credentials = read_api_credentials
         self.node_module = node_wrapper or "sink.cli"
         self.base_dir = os.path.abspath(base_dir)
@@ -85,6 +89,8 @@ class SinkProcessCluster:
             log_level,
             *(extra_args or []),
         ]
+        if not authorization:
+            self.args.append("--no-authorization-enabled")
 
     @property
     def bootstrap_servers(self) -> str:

@@ -38,6 +38,7 @@ from raftlog.runtime import (
 from sink.groups import GroupOptions, GroupRuntime
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import BatchHeader
+from sink.lifecycle.sequence_gaps import SequenceGaps
 from sink.lifecycle.topics import TopicLifecycle
 from sink.offsets import GroupOffsetService, OffsetsOptions
 from sink.quotas import Alteration, ClientQuotaManager, QuotaTable
@@ -59,12 +60,21 @@ class SinkOptions:
     client gets REQUEST_TIMED_OUT (outcome unknown; idempotent retries dedupe)."""
     max_create_partitions: int = 1024
     """Upper bound on partitions per topic (CreateTopics and auto-create)."""
+    sequence_gap_grace_ms: int = 30_000
+    """An idempotent batch whose sequence leaves a gap is answered NOT_LEADER_OR_FOLLOWER
+    (retriable: the client resends the request in front first) until the gap has lasted
+    this long, then OUT_OF_ORDER_SEQUENCE_NUMBER, which makes librdkafka and the Java
+    client bump their epoch and renumber, duplicating a timed-out record that was written
+    (sink/lifecycle/sequence_gaps.py). The default covers the clients' 30 s request
+    timeout; 0: Kafka's answer at once."""
 
     def __post_init__(self) -> None:
         if self.produce_timeout_s <= 0:
             raise ValueError("SinkOptions.produce_timeout_s must be positive")
         if self.max_create_partitions < 1:
             raise ValueError("SinkOptions.max_create_partitions must be >= 1")
+        if self.sequence_gap_grace_ms < 0:
+            raise ValueError("SinkOptions.sequence_gap_grace_ms must be >= 0")
 
 
 def _error_of(exc: BaseException | None) -> ErrorCode:
@@ -122,6 +132,7 @@ class SinkService:
         self._inflight: dict[tuple[int, str, int, int, int], asyncio.Future] = {}
         self.inflight_duplicates = 0  # retries answered by their uncommitted original
         self.committed_duplicates = 0  # retries answered from the applied producer table
+        self.sequence_gaps = SequenceGaps(self.options.sequence_gap_grace_ms)
         self._creating: dict[str, asyncio.Future] = {}
         # Committed consumer-group offsets: through the log, read from the applied
         # state (sink.offsets; the handlers' GroupOffsets).
@@ -297,7 +308,8 @@ class SinkService:
             data = cmd.encode_produce(
                 topic, partition, b.producer_id, b.producer_epoch, b.base_sequence, batch
             )
-            fut = self._propose_produce(loop, data)
+            gap_key = None if key is None else (b.producer_id, topic, partition, b.producer_epoch)
+            fut = self._propose_produce(loop, data, gap_key)
             if key is not None:
                 self._inflight[key] = fut
                 fut.add_done_callback(lambda _f, k=key: self._inflight.pop(k, None))
@@ -306,9 +318,16 @@ class SinkService:
             return futs[0]
         return loop.create_task(self._first_result(futs))
 
-    def _propose_produce(self, loop: asyncio.AbstractEventLoop, data: bytes) -> asyncio.Future:
+    def _propose_produce(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        data: bytes,
+        gap_key: tuple[int, str, int, int] | None = None,
+    ) -> asyncio.Future:
         """Propose now (so a connection's batches enter the log in request order)
-        and map the outcome to a ProduceResult future that never fails."""
+        and map the outcome to a ProduceResult future that never fails. gap_key: the
+        idempotent producer's (pid, topic, partition, epoch), whose sequence-gap
+        verdicts go through self.sequence_gaps."""
         try:
             proposal = self.node.propose(data, timeout=self.options.produce_timeout_s)
         except Exception as exc:  # not proposed: the client retries
@@ -322,7 +341,12 @@ class SinkService:
             if f.cancelled() or exc is not None:  # outcome unknown: idempotent retries dedupe
                 out.set_result(ProduceResult(_error_of(exc), -1, -1))
             else:
-                out.set_result(f.result().result)
+                res = f.result().result
+                if gap_key is not None:
+                    err = self.sequence_gaps.answer(gap_key, res.error)
+                    if err != res.error:
+                        res = res._replace(error=err)
+                out.set_result(res)
 
         proposal.add_done_callback(finish)
         return out

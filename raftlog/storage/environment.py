@@ -12,6 +12,18 @@ lmdb_map_bytes (64 GiB) of address space, so ~2,000 logs exhaust a process's
 skips its per-directory LOCK (the root's lock covers it), so a group costs no
 file descriptor until it has a segment open.
 
+Map growth: the shared map starts at lmdb_map_bytes and doubles when a write
+does not fit (index.IndexEnv.write), so no group fails for a full map.
+
+Older layouts (compatibility, not migration; nothing is rewritten):
+- a groups/<id>/ directory with its own index/ (written by LogStore.open: one
+  LMDB environment per log) is opened as it is, in its own environment and
+  with its own LOCK; its keys live in that directory, so deleting the group is
+  removing the directory. New groups always go to the shared index.
+- a root laid out as ONE log (LogStore.open's segments/ and index/ with
+  unprefixed keys, the single-group node's data directory) is refused:
+  reading it as a shared index would take its keys for group prefixes.
+
 Invariants: a group log is open at most once per environment; the environment
 closes every log still open before its LMDB environment.
 """
@@ -21,6 +33,8 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+
+import lmdb
 
 from raftlog.storage.errors import DataDirLockedError, StorageClosedError, StorageError
 from raftlog.storage.index import IndexEnv, group_prefix
@@ -46,6 +60,11 @@ class LogEnvironment:
     def open(cls, root: str, options: StorageOptions | None = None) -> LogEnvironment:
         """Open (or create) the data directory root. DataDirLockedError if it is in use."""
         env = cls(root, options or StorageOptions())
+        if os.path.isdir(os.path.join(root, "segments")):
+            raise StorageError(
+                f"{root} holds a single log (LogStore layout: segments/ and an unprefixed "
+                "index/), not a group environment: open it with LogStore.open"
+            )
         os.makedirs(os.path.join(root, "groups"), exist_ok=True)
         fd = os.open(os.path.join(root, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -64,6 +83,21 @@ class LogEnvironment:
     def group_directory(self, group_id: int) -> str:
         return os.path.join(self.root, "groups", str(group_id))
 
+    def _has_own_environment(self, group_id: int) -> bool:
+        """groups/<id>/ was written by LogStore.open, with its own LMDB environment."""
+        return os.path.exists(os.path.join(self.group_directory(group_id), "index", "data.mdb"))
+
+    def own_environment_groups(self) -> list[int]:
+        """Ids of the group logs on disk in their own LMDB environment (older layout)."""
+        root = os.path.join(self.root, "groups")
+        ids = sorted(int(n) for n in os.listdir(root) if n.isdigit())
+        return [g for g in ids if self._has_own_environment(g)]
+
+    @property
+    def map_resizes(self) -> int:
+        """Times the shared LMDB map was grown since open."""
+        return self._index.resizes if self._index is not None else 0
+
     def open_log(self, group_id: int, options: StorageOptions | None = None) -> LogStore:
         """Open (or create) group_id's log, recovering it like LogStore.open.
 
@@ -79,17 +113,22 @@ class LogEnvironment:
             current = self._logs.get(group_id)
             if current is not None and not current.closed:
                 raise StorageError(f"log of group {group_id} is already open in {self.root}")
-            log = LogStore.open(
-                self.group_directory(group_id),
-                options or self.options,
-                shared_index=self._index,
-                group_id=group_id,
-            )
+            opts = options or self.options
+            if self._has_own_environment(group_id):
+                log = LogStore.open(self.group_directory(group_id), opts)
+            else:
+                log = LogStore.open(
+                    self.group_directory(group_id),
+                    opts,
+                    shared_index=self._index,
+                    group_id=group_id,
+                )
             self._logs[group_id] = log
             return log
 
     def delete_group(self, group_id: int) -> None:
-        """Forget group_id's log: every index key under its prefix, durably.
+        """Forget group_id's log: every index key under its prefix, durably (a log in
+        its own environment keeps its keys in groups/<id>/: removing it removes them).
 
         The group's log must be closed; the caller removes groups/<id>/ after
         this returns (a crash in between leaves only files, which a reopened
@@ -105,13 +144,15 @@ class LogEnvironment:
                 raise StorageError(f"log of group {group_id} is open; close it first")
             self._logs.pop(group_id, None)
             ix = self._index
-            with ix.env.begin(write=True) as txn:
+
+            def forget(txn: lmdb.Transaction) -> None:
                 for db in (ix.entries, ix.segments, ix.meta, ix.configs):
                     cur = txn.cursor(db=db)
                     if cur.set_range(prefix):
                         while cur.key()[: len(prefix)] == prefix and cur.delete():
                             pass
-            ix.env.sync(True)
+
+            ix.write(forget, durable=True)
 
     def open_groups(self) -> list[int]:
         """Ids of the group logs open now, ascending."""

@@ -476,7 +476,8 @@ class LogStore(RecoveryMixin, TruncateMixin):
             del new_locs[: len(placed)]
             configs.clear()
             self._checkpoint(seal=old)
-            old.seal()
+            with self._lock:  # readers pread through the descriptor seal() closes
+                old.seal()
         seg = Segment.create(self._seg_dir, first_index)
         with self._lock:
             self._segments.append(seg)
@@ -575,16 +576,16 @@ class LogStore(RecoveryMixin, TruncateMixin):
         if not items:
             return
         first = items[0][0]
-        env = first._index.env
-        for store, _ in items:
+        writers = []
+        for store, hs in items:
             store._check_open()
-            if store._index.env is not env:
-                raise ValueError("save_hard_states: the logs do not share one index")
+            w = IndexWriter(store._index)
+            w.set_hard_state(hs)
+            writers.append(w)
         try:
-            with env.begin(write=True) as txn:
-                for store, hs in items:
-                    IndexWriter(store._index, txn).set_hard_state(hs)
-            env.sync(True)
+            first._index.commit_together(writers, durable=True)
+        except ValueError:
+            raise  # the logs do not share one index: nothing was written
         except BaseException as exc:
             for store, _ in items:
                 store._failed = exc

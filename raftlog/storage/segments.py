@@ -194,25 +194,40 @@ class Segment:
         except BaseException:
             os.close(fd)
             raise
-        seg._write_fd = fd
+        seg._write_fd = seg._read_fd = fd
         fsync_dir(directory)
         return seg
 
+    # Invariant: a segment holds at most ONE descriptor; while it is appendable the
+    # write descriptor (O_RDWR) is also the read descriptor (_write_fd is None or
+    # _write_fd == _read_fd). A process hosting 1,000 group logs thus needs 1,000
+    # descriptors for their active segments, not 2,000 (a common limit is 1,024).
+
     def open_for_append(self) -> None:
-        if self._write_fd is None:
-            self._write_fd = os.open(self.path, os.O_RDWR)
+        if self._write_fd is not None:
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        if self._read_fd is not None:
+            # Turn the read descriptor into this read-write one in place: dup2 swaps
+            # what the number refers to atomically, so a pread racing with it (readers
+            # run on other threads) reads the same file either way.
+            os.dup2(fd, self._read_fd, inheritable=False)
+            os.close(fd)
+            fd = self._read_fd
+        self._write_fd = self._read_fd = fd
 
     def close(self) -> None:
-        for fd in (self._read_fd, self._write_fd):
-            if fd is not None:
-                os.close(fd)
+        if self._read_fd is not None:
+            os.close(self._read_fd)
         self._read_fd = self._write_fd = None
 
     def seal(self) -> None:
-        """No more appends: drop the write descriptor (data is already synced)."""
-        if self._write_fd is not None:
-            os.close(self._write_fd)
-            self._write_fd = None
+        """No more appends (data is already synced): close the descriptor; a later read
+        opens a read-only one. The caller holds the store's lock, under which every
+        pread runs, because readers share this descriptor."""
+        if self._read_fd is not None:
+            os.close(self._read_fd)
+        self._read_fd = self._write_fd = None
 
     def file_size(self) -> int:
         return os.stat(self.path).st_size

@@ -9,11 +9,14 @@ bounded lanes and one sender task per peer drains them into a single
 MessageBatch write. The *control* lane (votes, heartbeats, every response,
 TimeoutNow, ReadIndex) is drained first into each batch; the *data* lane
 (AppendEntries, snapshot chunks) is bounded in messages and in bytes (by
-max_message_bytes). So a busy
-group's appends can delay or drop only appends, never another group's
-heartbeats and votes (which would cause spurious elections). Order is kept
-within a lane; Raft tolerates reordering across lanes (messages are
-independent and stale ones are ignored by term/index checks).
+max_message_bytes) and shared fairly by groups (lanes.FairDataLane: one FIFO
+per group served round-robin; a full lane makes room by dropping the newest
+messages of the group holding the most). So a busy group's appends can delay
+or drop only appends, never another group's heartbeats and votes (which would
+cause spurious elections), and delay another group's appends by at most one
+message per busy group. Order is kept within a group's lane; Raft tolerates
+reordering across lanes and groups (messages are independent and stale ones
+are ignored by term/index checks).
 Raft tolerates lost messages, so when a peer is down or a lane is full,
 messages are dropped (counted) and `on_unreachable(peer)` tells the node to
 fall back to probing. The sender reconnects with exponential back-off (50 ms
@@ -42,6 +45,7 @@ from raftlog.core.messages import Message, MsgType
 from raftlog.transport import raft_pb2 as pb
 from raftlog.transport.codec import DecodeLimits, InvalidMessageError, decode_batch_known
 from raftlog.transport.errors import TransportError
+from raftlog.transport.lanes import FairDataLane
 from raftlog.transport.routing import GroupRouter, MessageHandler, TransportStats
 from raftlog.transport.security import TransportSecurity, is_tls_failure
 from raftlog.transport.wire import EntryEncoder, encode_batch_bytes
@@ -95,32 +99,29 @@ class _PeerSender:
         self.peer = peer
         self.address = address
         self.control: collections.deque[Message] = collections.deque()
-        self.data: collections.deque[tuple[Message, int]] = collections.deque()
-        self.data_bytes = 0
+        opts = transport.options
+        self.data = FairDataLane(opts.queue_max_messages, opts.max_message_bytes)
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task | None = None
         self.connected = False
         self.tls_warned = False
 
     def enqueue(self, m: Message) -> None:
-        opts = self.t.options
         if m.type in _DATA_KINDS:
-            size = _approx_bytes(m)
-            # Each lane holds queue_max_messages; the data lane also at most one
-            # maximum gRPC message of bytes (an empty lane accepts any one message).
-            if len(self.data) >= opts.queue_max_messages or (
-                self.data and self.data_bytes + size > opts.max_message_bytes
-            ):
-                self._overflow()
+            # Bounded in messages and in bytes (one maximum gRPC message; an empty
+            # lane accepts any one message), shared fairly by groups (lanes.py).
+            if not self.data.offer(m, _approx_bytes(m), self._overflow):
                 return
-            self.data.append((m, size))
-            self.data_bytes += size
         else:
-            if len(self.control) >= opts.queue_max_messages:
+            if len(self.control) >= self.t.options.queue_max_messages:
                 self._overflow()
                 return
             self.control.append(m)
         self.wakeup.set()
+
+    @property
+    def data_bytes(self) -> int:
+        return self.data.bytes
 
     def _overflow(self) -> None:
         self.t.stats.dropped_messages += 1
@@ -130,14 +131,13 @@ class _PeerSender:
         return bool(self.control or self.data)
 
     def clear(self) -> int:
-        n = len(self.control) + len(self.data)
+        n = len(self.control) + self.data.clear()
         self.control.clear()
-        self.data.clear()
-        self.data_bytes = 0
         return n
 
     def _take_batch(self) -> list[Message]:
-        # Control first (small); then data up to max_batch_bytes. Never more
+        # Control first (small); then data up to max_batch_bytes, one message per
+        # group in turn (a flooding group cannot push the others back). Never more
         # messages than the receiver's limits.max_messages: a longer batch would
         # be refused whole and abort the stream (a host with many groups queues
         # thousands of control messages per tick); the rest waits its turn.
@@ -148,14 +148,7 @@ class _PeerSender:
             control.clear()
         else:
             out = [control.popleft() for _ in range(cap)]
-        size = 0
-        limit = self.t.options.max_batch_bytes
-        data = self.data
-        while data and len(out) < cap and (not out or size < limit):
-            m, n = data.popleft()
-            self.data_bytes -= n
-            out.append(m)
-            size += n
+        self.data.take(out, cap, self.t.options.max_batch_bytes)
         return out
 
     async def run(self) -> None:

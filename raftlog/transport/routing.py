@@ -34,14 +34,20 @@ class TransportStats:
     """Received messages dropped because their group is not registered here."""
     tls_failures: int = 0
     """Sends to a peer that failed in the TLS handshake (another CA, expired certificate)."""
+    handler_errors: int = 0
+    """Deliveries whose group handler raised (that group's messages of the batch are lost;
+    the stream and the other groups' messages are not)."""
 
 
 class GroupRouter:
     """Delivers decoded messages to the handler registered for their group.
 
-    Shared by both transports. Invariant: messages of one batch that go to the
+    Shared by both transports. Invariants: messages of one batch that go to the
     same handler arrive in one call and in wire order (one group today, so a
-    node sees exactly the batches it saw before groups were routed).
+    node sees exactly the batches it saw before groups were routed); nothing a
+    handler raises leaves deliver (it runs inside the peer stream's receive
+    loop, which every group on the link shares): it is counted and logged at
+    most once per interval, and the other handlers of the batch still run.
     """
 
     def __init__(
@@ -52,13 +58,35 @@ class GroupRouter:
         self._interval = log_interval_s
         self._last_log = float("-inf")
         self._suppressed = 0
+        self._last_error_log = float("-inf")
+        self._errors_suppressed = 0
+
+    def _call(self, handler: MessageHandler, msgs: list[Message]) -> None:
+        try:
+            handler(msgs)
+        except Exception as exc:
+            self._stats.handler_errors += 1
+            now = time.monotonic()
+            if now - self._last_error_log < self._interval:
+                self._errors_suppressed += 1
+                return
+            log.warning(
+                "transport.handler_failed group=%d messages=%d error=%r suppressed_since_last=%d",
+                msgs[0].group_id,
+                len(msgs),
+                exc,
+                self._errors_suppressed,
+                exc_info=True,
+            )
+            self._last_error_log = now
+            self._errors_suppressed = 0
 
     def deliver(self, msgs: list[Message]) -> None:
         handlers = self.handlers
         first = handlers.get(msgs[0].group_id)
         if all(handlers.get(m.group_id) is first for m in msgs):
             if first is not None:
-                first(msgs)
+                self._call(first, msgs)
             return
         runs: dict[int, tuple[MessageHandler, list[Message]]] = {}
         for m in msgs:
@@ -68,7 +96,7 @@ class GroupRouter:
                 continue
             runs.setdefault(id(h), (h, []))[1].append(m)
         for h, run in runs.values():
-            h(run)
+            self._call(h, run)
 
     def unknown(self, peer: str, group_ids: list[int]) -> None:
         """Count dropped messages for unknown groups; log at most once per interval."""

@@ -32,6 +32,7 @@ from sink.kafka.limits import KafkaLimits
 from sink.lifecycle.producer_expiry import ProducerExpiryOptions
 from sink.offsets import OffsetsOptions
 from sink.quotas import QuotaOptions
+from sink.security.authz_options import AuthorizationOptions
 from sink.security.sasl_options import SaslOptions
 from sink.security.tls import TlsOptions
 from sink.service import SinkOptions
@@ -196,6 +197,9 @@ class SinkConfig:
     )
     sasl: SaslOptions = field(default_factory=SaslOptions, metadata={"section": True})
     tls: TlsOptions = field(default_factory=TlsOptions, metadata={"section": True})
+    authorization: AuthorizationOptions = field(
+        default_factory=AuthorizationOptions, metadata={"section": True}
+    )
 
     def __post_init__(self) -> None:
         if self.kafka.external_listen and set(self.kafka.external_addresses) != set(

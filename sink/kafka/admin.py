@@ -9,6 +9,7 @@ moved meanwhile) makes it look the controller up again, a few times.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import io
 import struct
 from collections.abc import Sequence
@@ -26,6 +27,12 @@ from sink.kafka.sasl_login import LoginError, sasl_login
 
 _SIZE = struct.Struct(">i")
 _MAX_RESPONSE = 64 << 20
+
+ADMIN_CONNECTION: contextvars.ContextVar[tuple[Any, Any]] = contextvars.ContextVar(
+    "raftsink_admin_connection", default=(None, None)
+)
+"""(ssl.SSLContext or None, Login or None) of the running admin command
+(sink.cli_connect sets it): every request() uses them unless given its own login."""
 
 
 class AdminError(Exception):
@@ -62,9 +69,14 @@ async def request(
     or the login is refused). login (sink.security.sasl_client.Login): SASL first."""
     host, port = address
     frame = _encode_request(api_key, version, 1, client_id, values)
+    tls, default_login = ADMIN_CONNECTION.get()
+    login = login if login is not None else default_login
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(host, port)
+            if tls is not None:
+                reader, writer = await asyncio.open_connection(host, port, ssl=tls)
+            else:
+                reader, writer = await asyncio.open_connection(host, port)
             try:
                 if login is not None:
                     await sasl_login(reader, writer, login)

@@ -31,6 +31,11 @@ frame_read_timeout_s. A Fetch is granted response memory from the node's fetch
 budget and clamped to it; its grant is settled to the response's size when built
 and released once written.
 
+Authorization: each request carries the connection's principal (the SASL user, the
+client certificate's, else ANONYMOUS; sink.security.principal); sink.kafka.authorize
+refuses what the ACLs do not allow before the handler runs, or the handler refuses
+single items.
+
 SASL (a listener that requires it gives each connection a sink.security.SaslSession):
 the state machine gates requests on it; after a failed authentication the answer
 is flushed, then the connection is closed, as Kafka does. Raw v0 tokens
@@ -51,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.fetch.v16.request import FetchRequest
 
+from sink.kafka.authorize import gate
 from sink.kafka.budget import clamp_fetch
 from sink.kafka.handlers import API_VERSIONS_KEY, REGISTRY, SUPPORTED, Api, Call
 from sink.kafka.handlers.api_versions import encode_api_versions
@@ -67,6 +73,7 @@ from sink.kafka.protocol.connection import (
 )
 from sink.kafka.protocol.errors import ErrorCode
 from sink.quotas import QuotaChannel
+from sink.security.principal import connection_principal, tls_principal
 
 if TYPE_CHECKING:
     from sink.kafka.server import KafkaServer
@@ -117,6 +124,10 @@ class Connection:
         self._client_host = f"/{self.peer[0]}" if isinstance(self.peer, tuple) else ""
         self.sasl = server.new_sasl_session()
         """This connection's SASL state and principal (None: the listener needs no SASL)."""
+        self.tls_principal = tls_principal(
+            writer.get_extra_info("peercert"), server.principal_rules
+        )
+        """The verified client certificate's principal (None: no certificate)."""
         self.state = ConnectionState(
             max_frame_bytes=self.limits.max_frame_bytes,
             supported=SUPPORTED,
@@ -369,7 +380,14 @@ class Connection:
             len(ev.frame),
             self._client_host,
             self.sasl,
+            connection_principal(self.sasl, self.tls_principal),
         )
+        denied = gate(self.server.context, ev.api_key, call)
+        if denied is not None:  # refused whole, in the API's own shape (sink.kafka.authorize)
+            self._push(
+                api.error_response(ev.version, ev.corr, req, denied), 0, None, ev.reserved, grant
+            )
+            return
         cost = len(ev.frame) if api.priced else 0
         started = time.perf_counter()
         try:

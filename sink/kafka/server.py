@@ -60,6 +60,7 @@ class KafkaServer:
         forward_tls: Callable[[], ssl.SSLContext] | None = None,
         sasl: SaslPolicy | None = None,
         relay_login: object = None,
+        principal_rules: tuple = (),
     ) -> None:
         """memory: the node's budgets, shared by its listeners (None: this listener's own).
         ssl_context: TLS on this listener (None: plaintext). forward_tls: () -> the client
@@ -82,6 +83,8 @@ class KafkaServer:
             adv = Advertised(dict(advertised), forwarded_replies_usable=False)
         self.context = HandlerContext.of_node(service, service.fsm, self.limits, adv, SUPPORTED)
         self.context.relay_login = relay_login
+        self.principal_rules = principal_rules
+        """How a client certificate's subject becomes a principal (sink.security.principal)."""
         self.bound_port = 0
         self.pending_produce_bytes = 0
         self.room_waiters: set[asyncio.Event] = set()

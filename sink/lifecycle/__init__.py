@@ -7,9 +7,12 @@ sink.state itself uses, stays a leaf).
                      DescribeLogDirs' sizes
     producer_expiry  ProducerExpiry (+ ProducerExpiryOptions): idle producer ids
                      expired through the log
+    sequence_gaps    SequenceGaps: a sequence gap answered retriably for a grace
+                     period before OUT_OF_ORDER_SEQUENCE_NUMBER (no client epoch bump)
 """
 
 from sink.lifecycle.producer_expiry import ProducerExpiry, ProducerExpiryOptions
+from sink.lifecycle.sequence_gaps import SequenceGaps
 from sink.lifecycle.topics import TopicLifecycle
 
-__all__ = ["ProducerExpiry", "ProducerExpiryOptions", "TopicLifecycle"]
+__all__ = ["ProducerExpiry", "ProducerExpiryOptions", "SequenceGaps", "TopicLifecycle"]

@@ -47,6 +47,9 @@ from sink.metrics import KafkaCollector, NodeCollector, QuotaCollector, make_reg
 from sink.node.disk_watch import DiskWatch
 from sink.quotas import ClientQuotaManager, QuotaTable
 from sink.readapi.server import ReadApiService
+from sink.security.acl_service import AclService
+from sink.security.authorizer import Authorizer
+from sink.security.principal import parse_rules
 from sink.security.sasl import PLAIN, SaslPolicy
 from sink.security.sasl_client import Login
 from sink.security.sasl_options import fake_key
@@ -150,6 +153,7 @@ class SinkNode:
         )
         self.service.offsets.start()  # expiry rounds (acts only while leading)
         self._start_users()
+        self._start_acls()
         # The live configuration is the log's (sink.members): `peers` is the initial one.
         initial = {i: MemberAddress(p.raft, p.kafka, p.read_api) for i, p in cfg.peers.items()}
         self.members = MembershipOperator(self.node, self.fsm, initial)
@@ -211,6 +215,35 @@ class SinkNode:
         self.fsm.on_leader_change.append(self.users.on_leadership_change)
         self.users.on_leadership_change()  # led before the callback was registered
 
+    def _start_acls(self) -> None:
+        """ACL bindings (always kept, so they can be written before authorization is
+        turned on) and, with authorization.enabled, the authorizer every listener's
+        handlers ask. The SASL relay user is a super user: a follower authorizes a
+        request for its client before relaying it to the leader as that user."""
+        authz = self.config.authorization
+        self.service.acls = AclService(  # type: ignore[attr-defined]
+            lambda: self.fsm.acls, self.service._apply_entry, is_leader=self.node.is_leader
+        )
+        if not authz.enabled:
+            self.service.authorizer = None  # type: ignore[attr-defined]
+            log.warning(
+                "sink.authorization OFF on node %d: every client may do everything "
+                "(authorization.enabled=false; `raftsink local` default)",
+                self.config.node_id,
+            )
+            return
+        relay = self.config.sasl.relay_login() if self.config.sasl.enabled else None
+        extra = [f"User:{relay[0]}"] if relay is not None else []
+        self.service.authorizer = Authorizer(  # type: ignore[attr-defined]
+            lambda: self.fsm.acls, authz, extra_super_users=extra
+        )
+        log.warning(
+            "sink.authorization ON node=%d super_users=%s allow_if_no_acls=%s",
+            self.config.node_id,
+            sorted(self.service.authorizer.super_users),  # type: ignore[attr-defined]
+            authz.allow_if_no_acls,
+        )
+
     def _sasl(self) -> tuple[SaslPolicy | None, Login | None]:
         """The listeners' SASL policy (None: open) and the relay's login."""
         sasl = self.config.sasl
@@ -236,6 +269,7 @@ class SinkNode:
             "forward_tls": (lambda: ssl_context.forward) if ssl_context is not None else None,
             "sasl": policy,
             "relay_login": relay,
+            "principal_rules": parse_rules(cfg.authorization.tls_principal_rules),
         }
         self.kafka = KafkaServer(
             self.service, host, port, cfg.kafka.limits, memory=memory, **security
@@ -335,6 +369,8 @@ class SinkNode:
             "kafka_handler_errors": kafka.handler_errors,
             "produce_inflight_duplicates": svc.inflight_duplicates,
             "produce_committed_duplicates": svc.committed_duplicates,
+            "produce_sequence_gaps_retried": svc.sequence_gaps.retried,
+            "produce_sequence_gaps_refused": svc.sequence_gaps.refused,
             # consumer-group offsets removed by this node's expiry entries
             "group_offsets_expired": svc.offsets.expired_total,
             # consumer groups coordinated here (sink.groups): live groups, rebalances

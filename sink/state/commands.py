@@ -18,6 +18,7 @@ Every command starts with a one-byte tag. Encoding is explicit struct packing
     DELETE_TOPIC b"D", CREATE_PARTITIONS b"A", DELETE_RECORDS b"R",
     EXPIRE_PRODUCERS b"X"   topic admin and producer expiry (sink/state/admin_commands.py)
     ALTER_USERS b"S" | SASL users' SCRAM credentials (sink/state/users.py)
+    ALTER_ACLS b"L" | ACL bindings created and deleted (sink/state/acls.py)
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from sink.quotas import QuotaTable
 from sink.state import admin_commands as acmd
 from sink.state import commands as cmd
 from sink.state import offset_command, quota_command, time_lookup, topic_admin
+from sink.state.acls import ALTER_ACLS, AclTable
 from sink.state.epochs import EpochTable
 from sink.state.group_offsets import GroupOffsetTable
 from sink.state.groups import GroupStore
@@ -116,6 +117,8 @@ class SinkStateMachine(StateMachine):
         self.members = MemberTable()
         # SASL users' SCRAM credentials (ALTER_USERS entries; sink.state.users).
         self.users = UserTable()
+        # ACL bindings (ALTER_ACLS entries; sink.state.acls).
+        self.acls = AclTable()
 
     # ------------------------------------------------------------ wiring
 
@@ -178,6 +181,8 @@ class SinkStateMachine(StateMachine):
                 results.append(self._apply_admin(tag, e))
             elif tag == ALTER_USERS:
                 results.append(self._apply_users(e))
+            elif tag == ALTER_ACLS:
+                results.append(self._apply_acls(e))
             else:  # never crash a node over one entry it cannot read
                 log.error("sink.apply unknown command tag=%r index=%d", tag, e.index)
                 results.append(None)
@@ -269,6 +274,14 @@ class SinkStateMachine(StateMachine):
             return self.users.apply(e.data)
         except (ValueError, TypeError, UnicodeDecodeError) as exc:
             log.error("sink.apply unreadable users entry index=%d: %r", e.index, exc)
+            return None
+
+    def _apply_acls(self, e: LogEntry) -> list | None:
+        """ACL changes (sink.state.acls): one answer per op."""
+        try:
+            return self.acls.apply(e.data)
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            log.error("sink.apply unreadable acls entry index=%d: %r", e.index, exc)
             return None
 
     def _apply_admin(self, tag: int, e: LogEntry) -> Any:
@@ -512,6 +525,7 @@ class SinkStateMachine(StateMachine):
             "groups": self.groups.to_json(),
             "members": self.members.to_json(),
             "users": self.users.to_json(),
+            "acls": self.acls.to_json(),
         }
         return zlib.compress(json.dumps(state, separators=(",", ":")).encode(), 1)
 
@@ -538,4 +552,5 @@ class SinkStateMachine(StateMachine):
         self.groups = GroupStore.from_json(state.get("groups", []))
         self.members = MemberTable.from_json(state.get("members", []))
         self.users = UserTable.from_json(state.get("users", {}))
+        self.acls = AclTable.from_json(state.get("acls", []))
         self._notify_data()

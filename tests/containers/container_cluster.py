@@ -88,6 +88,7 @@ class ContainerCluster:
             "RAFTSINK_EXTERNAL_KAFKA": self.external,
             "RAFTSINK_DEFAULT_PARTITIONS": str(partitions),
             "RAFTSINK_LOG_LEVEL": "INFO",
+            "RAFTSINK_AUTHORIZATION_ENABLED": "false",  # the plain cluster: no ACLs
             **(env or {}),
         }
         self.network: Network | None = None

@@ -21,6 +21,7 @@ from raftlog.transport import LocalNetwork
 from sink.config import KafkaSection, NodeSection, Peer, RaftSection, RetentionSection, SinkConfig
 from sink.kafka import KafkaLimits
 from sink.node import SinkNode
+from sink.security.authz_options import AuthorizationOptions
 from sink.service import SinkOptions
 
 FAST = NodeOptions(tick_ms=10, election_ticks=10)
@@ -97,6 +98,8 @@ class SinkCluster:
             raft=RaftSection(options=self.options),
             storage=self.options.storage,
             retention=RetentionSection(snapshot_every_entries=self.options.snapshot_every_entries),
+            # Plain test clusters: no ACL checks (`raftsink serve` checks by default).
+            authorization=AuthorizationOptions(enabled=False),
         )
 
     async def start_node(self, i: int) -> SinkNode:

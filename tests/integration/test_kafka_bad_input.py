@@ -508,3 +508,39 @@ def test_create_topics_v7_error_paths(tmp_path):
         assert create(lead, "bad/name", 4)[0] == 17  # INVALID_TOPIC_EXCEPTION
     finally:
         c.stop()
+
+
+def test_a_sequence_gap_is_retriable_until_the_grace_ends(cluster):
+    """An idempotent batch whose sequence skips ahead is not written and is answered
+    NOT_LEADER_OR_FOLLOWER (retriable: clients resend the batch in front first; Kafka's
+    OUT_OF_ORDER would make librdkafka bump its epoch and renumber, duplicating records
+    of other partitions: sink/lifecycle/sequence_gaps.py). Once the batch in front
+    arrives, the same batch is accepted; a gap that outlasts the grace is OUT_OF_ORDER."""
+    node = cluster.nodes[1]
+    svc = node.service
+
+    def hw() -> int:
+        return cluster.run(lambda: node.fsm.high_watermark("known", 0))
+
+    def batch(seq: int, n: int) -> bytes:
+        values = [b"gap-%d" % (seq + i) for i in range(n)]
+        return make_batch(values, producer_id=535353, epoch=0, base_sequence=seq)
+
+    with connect(cluster) as s:
+        start = hw()
+        assert produce(s, "known", batch(0, 2), corr=1).error_code == 0
+        early = produce(s, "known", batch(5, 1), corr=2)
+        assert early.error_code == 6, early  # NOT_LEADER_OR_FOLLOWER
+        assert hw() == start + 2
+        assert produce(s, "known", batch(2, 3), corr=3).error_code == 0
+        late = produce(s, "known", batch(5, 1), corr=4)
+        assert (late.error_code, late.base_offset) == (0, start + 5)
+        grace = svc.sequence_gaps.grace_s
+        cluster.run(lambda: setattr(svc.sequence_gaps, "grace_s", 0.0))
+        try:
+            lasting = produce(s, "known", batch(9, 1), corr=5)
+        finally:
+            cluster.run(lambda: setattr(svc.sequence_gaps, "grace_s", grace))
+        assert lasting.error_code == 45, lasting  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert hw() == start + 6
+    assert cluster.run(lambda: svc.sequence_gaps.refused) >= 1

@@ -91,6 +91,7 @@ def test_serve_takes_each_setting_from_file_env_and_flags(tmp_path):
             b"raftsink_raft_term",
             b"raftsink_kafka_handler_errors",  # a handler that raised: a bug, counted
             b"raftsink_transport_unknown_group_messages",  # messages for groups not hosted
+            b"raftsink_transport_handler_errors",  # a group handler raised: dropped alone
             b"raftsink_kafka_request_memory_limit_bytes",  # the request memory budget
             b'raftsink_kafka_refused_connections_total{node="1",reason="per_ip"}',
             b"raftsink_group_offsets_committed",  # consumer-group offsets held

@@ -122,6 +122,8 @@ _STR_SAMPLES = {
     "sasl.bootstrap_users": "admin:secret",
     "sasl.bootstrap_users_file": "/etc/raftsink/users",
     "sasl.relay_user": "admin",
+    "authorization.super_users": "User:admin;User:CN=node1,O=acme",
+    "authorization.tls_principal_rules": "RULE:^CN=([^,]*).*$/$1/L,DEFAULT",
 }
 _SPECIAL: dict[str, Any] = {
     "node.id": 2,

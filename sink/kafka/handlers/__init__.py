@@ -19,11 +19,14 @@ from sink.kafka.handlers import (
     alter_configs,
     alter_user_scram_credentials,
     api_versions,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_records,
     delete_topics,
+    describe_acls,
     describe_client_quotas,
     describe_cluster,
     describe_configs,
@@ -89,6 +92,9 @@ _MODULES = (
     sasl_authenticate,
     describe_user_scram_credentials,
     alter_user_scram_credentials,
+    describe_acls,
+    create_acls,
+    delete_acls,
 )
 
 REGISTRY: MappingProxyType[int, Api] = MappingProxyType(

@@ -16,6 +16,7 @@ from typing import Any
 
 from kio.schema.alter_configs.v2.request import AlterConfigsRequest
 
+from sink.kafka.authorize import config_denial
 from sink.kafka.forward import ForwardError, forward_frame
 from sink.kafka.handlers.api import Api, Call, Response, later
 from sink.kafka.handlers.services import HandlerContext
@@ -43,7 +44,15 @@ async def run(ctx: HandlerContext, call: Call, *, incremental: bool) -> bytes:
     key = req.__api_key__
     lead = ctx.leadership
     ep = lead.forward_endpoint()
-    if not lead.is_leader() and ep is not None and ep[0] != lead.node_id and call.frame:
+    # A relay runs as the relay user: relay only what this principal may alter in full.
+    allowed_all = not any(config_denial(ctx, call, r, alter=True) for r in req.resources)
+    if (
+        allowed_all
+        and not lead.is_leader()
+        and ep is not None
+        and ep[0] != lead.node_id
+        and call.frame
+    ):
         try:
             return await forward_frame(ep[1], ep[2], call.frame, login=ctx.relay_login)
         except ForwardError as exc:
@@ -55,9 +64,13 @@ async def run(ctx: HandlerContext, call: Call, *, incremental: bool) -> bytes:
             if incremental
             else [(Op.SET, c.name, c.value) for c in r.configs]
         )
-        err, msg = await _alter_one(
-            ctx, r, ops, replace=not incremental, validate_only=req.validate_only
-        )
+        denied = config_denial(ctx, call, r, alter=True)
+        if denied is not None:
+            err, msg = denied, "ALTER_CONFIGS is not allowed"
+        else:
+            err, msg = await _alter_one(
+                ctx, r, ops, replace=not incremental, validate_only=req.validate_only
+            )
         out.append(
             {
                 "error_code": err,

@@ -52,6 +52,8 @@ class Call(NamedTuple):
     sasl: Any = None
     """The connection's SASL state (sink.security.SaslSession: the principal, the
     handshake); None: the listener requires no SASL."""
+    principal: str = "User:ANONYMOUS"
+    """Who the request runs as (sink.security.principal): what ACLs are checked against."""
 
 
 Handle = Callable[[HandlerContext, Call], Awaitable["asyncio.Future[Response]"]]

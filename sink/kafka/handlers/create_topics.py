@@ -16,6 +16,7 @@ from typing import Any
 
 from kio.schema.create_topics.v7.request import CreateTopicsRequest
 
+from sink.kafka.authorize import may_create_topic
 from sink.kafka.handlers.api import Api, Call, Response, later
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
@@ -82,7 +83,9 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
         n = t.num_partitions if t.num_partitions > 0 else ctx.partitions.default_partitions
         invalid = _invalid_counts(t, len(ctx.brokers))
         configs, config_error = _configs_of(t)
-        if not ctx.leadership.is_leader():
+        if not may_create_topic(ctx, call, t.name):
+            err, msg, info = ErrorCode.topic_authorization_failed, "CREATE is not allowed", None
+        elif not ctx.leadership.is_leader():
             err, msg, info = ErrorCode.not_controller, "not the controller (Raft leader)", None
         elif invalid is not None:
             (err, msg), info = invalid, None

@@ -13,10 +13,12 @@ from typing import Any
 
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest
 
+from sink.kafka.authorize import topic_allowed
 from sink.kafka.handlers.api import Api, Call, Response, later
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
+from sink.security.acl import Operation
 
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
@@ -38,6 +40,8 @@ async def _delete(ctx: HandlerContext, call: Call) -> bytes:
     for name, topic_id in _asked(call.version, call.req):
         if ctx.lifecycle is None:
             err, msg = ErrorCode.unsupported_version, "topic deletion is not served here"
+        elif not topic_allowed(ctx, call, Operation.DELETE, _name_of(ctx, name, topic_id)):
+            err, msg = ErrorCode.topic_authorization_failed, "DELETE on the topic is not allowed"
         elif not ctx.leadership.is_leader():
             err, msg = ErrorCode.not_controller, "not the controller (Raft leader)"
         elif name is None and topic_id is None:
@@ -55,6 +59,14 @@ async def _delete(ctx: HandlerContext, call: Call) -> bytes:
             }
         )
     return _encode(call.version, call.corr, out)
+
+
+def _name_of(ctx: HandlerContext, name: str | None, topic_id: uuid.UUID | None) -> str:
+    """The topic's name for the ACL check (by id: the applied topic's, "" if unknown)."""
+    if name is not None:
+        return name
+    info = ctx.partitions.topic_by_id(topic_id) if topic_id is not None else None
+    return info.name if info is not None else ""
 
 
 def _encode(version: int, corr: int, responses: list) -> bytes:

@@ -20,6 +20,7 @@ from typing import Any
 
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
 
+from sink.kafka.authorize import config_denial
 from sink.kafka.forward import ForwardError, forward_frame
 from sink.kafka.handlers.api import Api, Call, Response, answered, later
 from sink.kafka.handlers.services import HandlerContext
@@ -44,6 +45,8 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             r.resource_type == TOPIC and admin.topic_configs(r.resource_name) is None
             for r in call.req.resources
         )
+        # relayed, it runs as the relay user: only what this principal may see in full
+        and not any(config_denial(ctx, call, r, alter=False) for r in call.req.resources)
     ):
         return later(_relay(ctx, call, ep))
     return answered(_answer(ctx, call))
@@ -63,7 +66,10 @@ def _answer(ctx: HandlerContext, call: Call) -> bytes:
     for r in req.resources:
         err, msg, configs = ErrorCode.none, None, []
         keys = None if r.configuration_keys is None else set(r.configuration_keys)
-        if admin is None:
+        denied = config_denial(ctx, call, r, alter=False)
+        if denied is not None:
+            err, msg = denied, "DESCRIBE_CONFIGS is not allowed"
+        elif admin is None:
             err, msg = ErrorCode.unknown_server_error, "topic configs are not served here"
         elif r.resource_type == TOPIC:
             overrides = admin.topic_configs(r.resource_name)

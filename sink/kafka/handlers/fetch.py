@@ -9,6 +9,7 @@ exist). Fetch honours max_wait/min_bytes with a wake-up on newly applied records
 declines fetch sessions (session_id 0), returns whole batches from the one
 containing fetch_offset, and at least one batch even above partition_max_bytes
 (KIP-74). v16 answers that send the client away name the leader (KIP-951).
+A topic the principal may not READ is TOPIC_AUTHORIZATION_FAILED per partition.
 
 v0-3 answer with message sets down-converted from the stored batches, as Kafka 3.x
 does: magic 0 for v0-1, magic 1 for v2-3 (sink.kafka.protocol.messageset.down_convert
@@ -20,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.fetch.v16.request import FetchRequest
 
+from sink.kafka.authorize import topic_allowed
 from sink.kafka.handlers.api import Api, Call, Response, later
 from sink.kafka.handlers.quota_throttle import fetch_bytes_cap, fetch_throttle
 from sink.kafka.handlers.services import HandlerContext
@@ -31,6 +34,7 @@ from sink.kafka.protocol.encoders import FetchPartition, encode_fetch
 from sink.kafka.protocol.errors import ErrorCode, OffsetOutOfRange
 from sink.kafka.protocol.messageset import down_convert
 from sink.kafka.protocol.records import ZSTD, ZSTD_MIN_FETCH, compression_of
+from sink.security.acl import Operation
 
 RECORD_BATCH_MIN_FETCH = 4  # below: message sets, down-converted from the stored batches
 _NO_MAX_BYTES = 0x7FFFFFFF  # Fetch v0-2 have no response max_bytes (KIP-74 added it in v3)
@@ -80,8 +84,13 @@ def _beyond_high_watermark(ctx: HandlerContext, client_epoch: int) -> ErrorCode:
 
 
 def _collect(
-    ctx: HandlerContext, req: Any, version: int, cap: int | None = None
+    ctx: HandlerContext,
+    req: Any,
+    version: int,
+    cap: int | None = None,
+    readable: Callable[[str], bool] = lambda _name: True,
 ) -> tuple[list, int, bool]:
+    """readable(topic): the principal may READ it (else TOPIC_AUTHORIZATION_FAILED)."""
     fsm = ctx.partitions
     max_bytes = getattr(req, "max_bytes", _NO_MAX_BYTES)
     budget = max_bytes if max_bytes > 0 else 1 << 30
@@ -108,6 +117,15 @@ def _collect(
         else:
             name = ft.topic
             topics.append((name, parts))
+        if not readable(name):
+            for fp in ft.partitions:
+                parts.append(
+                    FetchPartition(
+                        fp.partition, ErrorCode.topic_authorization_failed, -1, -1, (), 0
+                    )
+                )
+            any_error = any_error or bool(ft.partitions)
+            continue
         for fp in ft.partitions:
             idx = fp.partition
             if not fsm.has_partition(name, idx):
@@ -215,6 +233,9 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
 
 
 async def _long_poll(ctx: HandlerContext, call: Call) -> list:
+    def readable(name: str) -> bool:
+        return topic_allowed(ctx, call, Operation.READ, name)
+
     req = call.req
     loop = asyncio.get_running_loop()
     wait_s = min(req.max_wait.total_seconds(), ctx.limits.max_fetch_wait_ms / 1000)
@@ -222,7 +243,7 @@ async def _long_poll(ctx: HandlerContext, call: Call) -> list:
     cap = fetch_bytes_cap(ctx, call)
     while True:
         ev = ctx.partitions.data_event()  # taken before reading: no lost wake-up
-        topics, total, any_error = _collect(ctx, req, call.version, cap)
+        topics, total, any_error = _collect(ctx, req, call.version, cap, readable)
         remaining = deadline - loop.time()
         if total >= max(req.min_bytes, 1) or any_error or remaining <= 0:
             endpoints: list = []

@@ -10,10 +10,12 @@ from typing import Any
 from kio.schema.list_groups.v5.request import ListGroupsRequest
 
 from sink.groups.messages import ListedGroup
+from sink.kafka.authorize import allowed
 from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
+from sink.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
@@ -24,6 +26,14 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         err, groups = ctx.groups.list_groups(
             getattr(req, "states_filter", ()), getattr(req, "types_filter", ())
         )
+        # As Kafka: all groups with DESCRIBE on the cluster, else those the principal
+        # may DESCRIBE.
+        if not allowed(ctx, call, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            groups = [
+                g
+                for g in groups
+                if allowed(ctx, call, Operation.DESCRIBE, ResourceType.GROUP, g.group_id)
+            ]
     return answered(encode(call.version, call.corr, err, groups))
 
 

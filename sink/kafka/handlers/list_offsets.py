@@ -23,11 +23,13 @@ from typing import Any
 
 from kio.schema.list_offsets.v8.request import ListOffsetsRequest
 
+from sink.kafka.authorize import topic_allowed
 from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode, OffsetOutOfRange
 from sink.kafka.protocol.records import BatchError
+from sink.security.acl import Operation
 
 log = logging.getLogger("sink.kafka")
 _SPECIAL = (-1, -2, -4)
@@ -50,7 +52,9 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             if err_all != ErrorCode.none:
                 parts.append(entry)
                 continue
-            if not fsm.has_partition(t.name, p.partition_index):
+            if not topic_allowed(ctx, call, Operation.DESCRIBE, t.name):
+                entry["error_code"] = ErrorCode.topic_authorization_failed
+            elif not fsm.has_partition(t.name, p.partition_index):
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition
             else:
                 hw = fsm.high_watermark(t.name, p.partition_index)

@@ -1,7 +1,12 @@
 """Metadata: every node is a replica of every partition; the leader is the Raft
 leader (while leaderless: the last leader known, see Leadership.leader_hint) and
 leader_epoch the Raft term. Topics asked for are auto-created if allowed; a
-follower relays such a request to the leader, which creates them."""
+follower relays such a request to the leader, which creates them.
+
+Authorization (as Kafka's): the all-topics answer lists only the topics the principal
+may DESCRIBE; a named one it may not is TOPIC_AUTHORIZATION_FAILED; auto-creation
+needs CREATE (cluster or topic), else UNKNOWN_TOPIC_OR_PARTITION where it may
+DESCRIBE the name."""
 
 from __future__ import annotations
 
@@ -12,11 +17,14 @@ from typing import Any
 
 from kio.schema.metadata.v12.request import MetadataRequest
 
+from sink.kafka.authorize import may_create_topic as creatable
+from sink.kafka.authorize import topic_allowed
 from sink.kafka.forward import ForwardError, forward_frame
 from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
+from sink.security.acl import Operation
 
 log = logging.getLogger("sink.kafka")
 _NO_TOPIC_ID = uuid.UUID(int=0)
@@ -69,16 +77,30 @@ def _missing_topic(name: str, error: ErrorCode) -> dict[str, Any]:
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     req, version = call.req, call.version
     fsm = ctx.partitions
+
+    def describable(name: str) -> bool:
+        return topic_allowed(ctx, call, Operation.DESCRIBE, name)
+
     if req.topics is None or (version == 0 and not req.topics):
-        wanted: list[tuple[str, ErrorCode]] = [(n, ErrorCode.none) for n in sorted(fsm.topics())]
+        wanted: list[tuple[str, ErrorCode]] = [
+            (n, ErrorCode.none) for n in sorted(fsm.topics()) if describable(n)
+        ]
     else:
         allow = getattr(req, "allow_auto_topic_creation", True) and fsm.auto_create_topics
         lead = ctx.leadership
         ep = lead.forward_endpoint()
         missing = [t.name for t in req.topics if t.name is not None and fsm.topic(t.name) is None]
+        # A relayed request runs as the relay user at the leader: relay only what this
+        # principal may see and create in full (else answer here, refusing the rest).
+        all_allowed = all(
+            describable(t.name) if fsm.topic(t.name) is not None else creatable(ctx, call, t.name)
+            for t in req.topics
+            if t.name is not None
+        )
         if (
             missing
             and allow
+            and all_allowed
             and call.frame
             and not lead.is_leader()
             and ep is not None
@@ -98,12 +120,17 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             if name is None:
                 wanted.append(("", ErrorCode.unknown_topic_id))
             elif fsm.topic(name) is not None:
-                wanted.append((name, ErrorCode.none))
-            elif allow:
+                ok = describable(name)
+                wanted.append(
+                    (name, ErrorCode.none if ok else ErrorCode.topic_authorization_failed)
+                )
+            elif allow and creatable(ctx, call, name):
                 err, _ = await ctx.topics.ensure_topic(name)
                 wanted.append((name, err))
-            else:
+            elif describable(name):
                 wanted.append((name, ErrorCode.unknown_topic_or_partition))
+            else:
+                wanted.append((name, ErrorCode.topic_authorization_failed))
     body = {
         "throttle_time": 0,
         "brokers": _broker_list(ctx),

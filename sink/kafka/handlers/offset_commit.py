@@ -23,11 +23,13 @@ from typing import Any
 
 from kio.schema.offset_commit.v9.request import OffsetCommitRequest
 
+from sink.kafka.authorize import topic_allowed
 from sink.kafka.handlers.api import Api, Call, Response, answered, later
 from sink.kafka.handlers.group_gate import coordinator_error
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
+from sink.security.acl import Operation
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
@@ -54,7 +56,9 @@ async def _commit(ctx: HandlerContext, call: Call) -> bytes:
     for t in req.topics:
         for p in t.partitions:
             md = p.committed_metadata
-            if not fsm.has_partition(t.name, p.partition_index):
+            if not topic_allowed(ctx, call, Operation.READ, t.name):
+                codes[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed
+            elif not fsm.has_partition(t.name, p.partition_index):
                 codes[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             elif md is not None and len(md.encode()) > max_md:
                 codes[(t.name, p.partition_index)] = ErrorCode.offset_metadata_too_large

@@ -9,6 +9,10 @@ Dispatch (handle's await) validates every partition's batches and proposes them
 before returning, so a connection's batches reach the Raft log in request order;
 the returned future resolves to the response once every proposal is committed
 and applied. acks=0: the future resolves to None (no response at all).
+
+Authorization: a topic the principal may not WRITE is TOPIC_AUTHORIZATION_FAILED on
+each of its partitions and nothing of it is proposed; an unknown topic is
+auto-created only with CREATE (else UNKNOWN_TOPIC_OR_PARTITION).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 from kio.schema.produce.v9.request import ProduceRequest
 
+from sink.kafka.authorize import may_create_topic, topic_allowed
 from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.quota_throttle import produce_throttle_ms
 from sink.kafka.handlers.services import HandlerContext, ProduceOutcome
@@ -27,6 +32,7 @@ from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.messageset import decode_message_set, to_batch_v2
 from sink.kafka.protocol.record_check import check_records
 from sink.kafka.protocol.records import ZSTD, ZSTD_MIN_PRODUCE, BatchError, parse_batches
+from sink.security.acl import Operation
 
 RECORD_BATCH_MIN_PRODUCE = 3  # below: a MessageSet v0/v1, converted at ingest
 
@@ -48,8 +54,12 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             topic_err = ErrorCode.invalid_required_acks
         elif getattr(req, "transactional_id", None) is not None:  # v3+ only
             topic_err = ErrorCode.invalid_request  # transactions are not supported
+        elif not topic_allowed(ctx, call, Operation.WRITE, name):
+            topic_err = ErrorCode.topic_authorization_failed  # nothing is proposed
         elif ctx.partitions.topic(name) is None:
-            if ctx.leadership.is_leader():
+            if not may_create_topic(ctx, call, name):
+                topic_err = ErrorCode.unknown_topic_or_partition
+            elif ctx.leadership.is_leader():
                 topic_err, _ = await ctx.producing.ensure_topic(name)
                 if topic_err == ErrorCode.leader_not_available:
                     topic_err = ErrorCode.not_leader_or_follower

@@ -251,6 +251,28 @@ class UserAdmin(Protocol):
         ...
 
 
+class AclDecisions(Protocol):
+    """The ACL decision (sink.security.authorizer.Authorizer)."""
+
+    def is_super(self, principal: str) -> bool: ...
+    def allowed(self, principal: str, host: str, op: Any, rtype: Any, name: str) -> bool: ...
+    def allowed_on_some(self, principal: str, host: str, op: Any, rtype: Any) -> bool: ...
+
+
+class AclAdmin(Protocol):
+    """ACL bindings (sink.security.acl_service.AclService): read from the applied
+    state, changed through the log on the controller (Raft leader)."""
+
+    def describe(self, f: Any) -> list[Any]:
+        """The stored bindings (sink.security.acl.AclBinding) the AclFilter matches."""
+        ...
+
+    async def alter_acls(self, ops: list[dict]) -> list[Any] | ErrorCode:
+        """sink.security.acl_ops ops through the log -> one answer per op, or one
+        error for all (NOT_CONTROLLER off the leader, a failed write)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Advertised:
     """The cluster as one Kafka listener shows it to its clients."""
@@ -292,6 +314,11 @@ class HandlerContext:
     relay_login: Any = None
     """The login (sink.security.sasl_client.Login) a follower relays to the leader
     with, when the leader's listener requires SASL; None: relays send no login."""
+    acls: AclAdmin | None = None
+    """ACL bindings (None: Create/Describe/DeleteAcls answer SECURITY_DISABLED)."""
+    authorizer: AclDecisions | None = None
+    """The ACL decision every request passes (sink.kafka.authorize); None:
+    authorization is off on this node (everything allowed)."""
 
     @classmethod
     def of_node(
@@ -319,6 +346,8 @@ class HandlerContext:
             groups=getattr(service, "groups", None),
             lifecycle=service if hasattr(service, "delete_records") else None,
             users=getattr(service, "users", None),
+            acls=getattr(service, "acls", None),
+            authorizer=getattr(service, "authorizer", None),
         )
 
     @property

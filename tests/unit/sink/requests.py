@@ -248,7 +248,39 @@ def request_values(api_key: int, records: bytes | None = None) -> dict:
                 }
             ],
         }
+    acl = _acl_values(api_key)
+    if acl is not None:
+        return acl
     raise KeyError(api_key)
+
+
+def _acl_values(api_key: int) -> dict | None:
+    """DescribeAcls 29, CreateAcls 30, DeleteAcls 31."""
+    filt = {
+        "resource_type_filter": 2,
+        "resource_name_filter": "t",
+        "pattern_type_filter": 3,
+        "principal_filter": "User:alice",
+        "host_filter": None,
+        "operation": 3,
+        "permission_type": 3,
+    }
+    if api_key == 29:
+        return filt
+    if api_key == 30:
+        creation = {
+            "resource_type": 2,
+            "resource_name": "t",
+            "resource_pattern_type": 3,
+            "principal": "User:alice",
+            "host": "*",
+            "operation": 3,
+            "permission_type": 3,
+        }
+        return {"creations": [creation, {**creation, "operation": 4}]}
+    if api_key == 31:
+        return {"filters": [filt, {**filt, "resource_name_filter": None}]}
+    return None
 
 
 # ConsumerProtocolSubscription v0: topics ["t"], no user data.

@@ -133,6 +133,7 @@ def test_metrics_show_free_bytes_per_volume_and_the_guard():
             received_messages=0,
             rejected_batches=0,
             unknown_group_messages=0,
+            handler_errors=0,
             tls_failures=0,
         )
     )

@@ -69,3 +69,26 @@ def test_unknown_group_log_is_rate_limited(caplog):
     assert len(lines) == 1
     assert "groups=[4]" in lines[0].getMessage()
     assert stats.unknown_group_messages == 200
+
+
+def test_a_handler_that_raises_drops_its_own_messages_not_the_other_groups(caplog):
+    # A batch is delivered inside the peer stream's receive loop: an exception
+    # escaping one group's handler would abort the stream, and the peer's resend
+    # would abort it again, stalling every group on that link.
+    stats = TransportStats()
+    router = GroupRouter(stats, log_interval_s=3600.0)
+    got: list = []
+
+    def broken(msgs: list) -> None:
+        raise RuntimeError("group 1 is broken")
+
+    router.handlers[1] = broken
+    router.handlers[2] = got.extend
+    with caplog.at_level(logging.WARNING, logger="raftlog.transport"):
+        for _ in range(3):
+            router.deliver([hb(1), hb(2), hb(1), hb(2)])
+        router.deliver([hb(1)])  # a batch of the broken group alone
+    assert [m.group_id for m in got] == [2] * 6
+    assert stats.handler_errors == 4
+    lines = [r for r in caplog.records if "transport.handler_failed" in r.getMessage()]
+    assert len(lines) == 1 and "group=1" in lines[0].getMessage()
