@@ -559,6 +559,11 @@ def profile_phase(
     for nid, pid in pids.items():
         with open(f"{control}.{pid}.json") as f:
             reports[nid] = json.load(f)
+    if os.environ.get("BENCH_HOT_SPOTS"):
+        for nid in (leader, min(n for n in pids if n != leader)):
+            print(f"  node {nid} loop hot spots (samples):")
+            for where, n in list(reports[nid]["loop_hot_spots"].items())[:40]:
+                print(f"    {n:>5} {where}")
     follower = min(n for n in pids if n != leader)
     acked = max(r["acked"], 1)
     out = {}
@@ -596,7 +601,14 @@ def main() -> int:
     ap.add_argument(
         "--no-jetstream", action="store_true", help="raftsink only (for quick A/B of a change)"
     )
+    ap.add_argument(
+        "--cpu-only",
+        action="store_true",
+        help="only CPU per record at 1,000/s and the per-stage table (A/B of a change)",
+    )
     args = ap.parse_args()
+    if args.cpu_only:
+        return main_cpu(lat_seconds=20.0, profile_seconds=10.0)
     if args.tls:
         return main_tls(args.quick)
     ensure_debian_packages("kcat", *(() if args.no_jetstream else ("nats-server",)))
@@ -670,6 +682,7 @@ def main() -> int:
                     fig["cpu_us_per_record_50pct"] = round(r["cpu_us_per_record"], 1)
                     fig["cpu_us_per_request_50pct"] = round(r["cpu_us_per_request"], 1)
             asyncio.run(cluster.wait_settled())
+            leader = asyncio.run(cluster.wait_ready())  # it may have moved since
             stages = profile_phase(
                 prod, control, by_node, leader, "bench-profile", 1000, load_seconds
             )
@@ -699,6 +712,48 @@ def main() -> int:
         ">= 500k records/s of 100 B": fig["records_per_s_100b"] >= 500_000,
     }
     print_targets(targets)
+    print(json.dumps(fig))
+    return 0
+
+
+def main_cpu(lat_seconds: float, profile_seconds: float) -> int:
+    """CPU per record at 1,000 records/s (idle subtracted) and the per-stage table only."""
+    base = tempfile.mkdtemp(prefix="rs-bench-cpu-")
+    print(f"machine: {machine()}")
+    control = os.path.join(base, "stage-profile")
+    cluster = _ProfiledCluster(
+        os.path.join(base, "raftsink"), control, default_partitions=PARTITIONS
+    )
+    cluster.start()
+    fig: dict = {"mode": "cpu-only"}
+    try:
+        asyncio.run(cluster.wait_ready())
+        by_node = {i: n.proc.pid for i, n in cluster.nodes.items() if n.proc is not None}
+        pids = list(by_node.values())
+        idle = idle_cpu_rate(pids, 10.0)
+        fig["idle_cpu_pct"] = round(idle * 100, 1)
+        prod = _LoadProducer(cluster.bootstrap_servers)
+        try:
+            prod.send("bench-latency", _value(0, 100))
+            prod.flush(30)
+            r = measured_phase(prod, pids, idle, "bench-latency", 1000, lat_seconds)
+            fig["cpu_us_per_record_1k"] = round(r["cpu_us_per_record"], 1)
+            fig["cpu_us_per_request_1k"] = round(r["cpu_us_per_request"], 1)
+            fig["records_per_request_1k"] = round(r["records_per_request"], 2)
+            fig["p50_ms"], fig["p99_ms"] = round(r["p50_ms"], 2), round(r["p99_ms"], 2)
+            fig["p999_ms"] = round(r["p999_ms"], 2)
+            leader = asyncio.run(cluster.wait_ready())
+            stages = profile_phase(
+                prod, control, by_node, leader, "bench-profile", 1000, profile_seconds
+            )
+        finally:
+            prod.close()
+    finally:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    fig["stages_us_per_record_1k"] = {
+        role: {k: round(v, 1) for k, v in t.items() if v >= 0.05} for role, t in stages.items()
+    }
     print(json.dumps(fig))
     return 0
 

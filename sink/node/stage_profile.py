@@ -94,10 +94,9 @@ RULES: list[tuple[str, str, str]] = [
 LIBRARY_RULES: list[tuple[str, str]] = [
     ("/grpc/", "transport: grpc aio internals"),
     ("/asyncio/streams.py", "kafka: socket I/O (asyncio streams)"),
-    ("/asyncio/runners.py", IDLE),
-    ("/uvloop/__init__.py", IDLE),
     ("/asyncio/", "event loop: asyncio Python code"),
 ]
+_IDLE_FILES = ("/asyncio/runners.py", "/uvloop/__init__.py")
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -128,11 +127,25 @@ class Classifier:
                 if rel.startswith(path) and (func == "*" or func == code.co_name):
                     stage = name
                     break
+        if stage == "node: other":  # name it: a stage the table should get
+            stage = f"node: other ({rel}:{code.co_name})"
         self._code[code] = stage
         return stage
 
+    def where(self, frame: FrameType | None) -> str:
+        """The innermost project frame as path:function (line), for the hot-spot list."""
+        f = frame
+        while f is not None:
+            rel = _project_path(f.f_code.co_filename)
+            if rel is not None:
+                return f"{rel}:{f.f_code.co_name}:{f.f_lineno}"
+            f = f.f_back
+        return "-"
+
     def stage(self, frame: FrameType | None) -> str:
         innermost = frame
+        if frame is not None and frame.f_code.co_filename.endswith(_IDLE_FILES):
+            return IDLE  # the loop's runner is the innermost Python frame: in C or idle
         f = frame
         while f is not None:
             stage = self.code_stage(f.f_code)
@@ -192,6 +205,7 @@ class StageProfiler:
         cpu0, own0 = time.process_time(), time.thread_time()
         open(f"{self.control}.{os.getpid()}.started", "w").close()
         counts: Counter = Counter()
+        spots: Counter = Counter()  # innermost project frame (file:function:line)
         rounds = 0
         next_check = 0.0
         while True:
@@ -203,7 +217,10 @@ class StageProfiler:
             time.sleep(random.uniform(0.2, 1.8) * SAMPLE_MEAN_S)
             rounds += 1
             frame = sys._current_frames().get(loop_ident)  # type: ignore[arg-type]
-            counts[self.classify.stage(frame)] += 1
+            stage = self.classify.stage(frame)
+            counts[stage] += 1
+            if stage != IDLE:
+                spots[self.classify.where(frame)] += 1
         after, wall = _task_times(), time.monotonic() - t0
         own = time.thread_time() - own0
         names = {t.native_id: t.name for t in threading.enumerate()}
@@ -224,6 +241,7 @@ class StageProfiler:
             "wall_s": round(wall, 3),
             "rounds": rounds,
             "loop_samples": dict(counts.most_common()),
+            "loop_hot_spots": dict(spots.most_common(60)),
             "process_cpu_s": round(time.process_time() - cpu0, 4),
             "profiler_cpu_s": round(own, 4),
             "threads": threads,
