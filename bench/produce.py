@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import CpuMeter, machine, percentile, print_targets
 
 from raftlog.process_cluster import free_ports
-from sink.node.stage_profile import PROFILE_ENV, stage_table
+from sink.node.stage_profile import PROFILE_ENV, SAMPLE_ENV, stage_table
 from sink.process_cluster import SinkProcessCluster
 from sink.readapi import ReadApiClient
 
@@ -489,7 +489,10 @@ class _ProfiledCluster(SinkProcessCluster):
         self.control = control
 
     def env_for(self, node_id: int) -> dict[str, str] | None:
-        return dict(os.environ, **{PROFILE_ENV: self.control})
+        env = dict(os.environ, **{PROFILE_ENV: self.control})
+        if os.environ.get("BENCH_HOT_SPOTS"):
+            env[SAMPLE_ENV] = "1"
+        return env
 
 
 def idle_cpu_rate(pids: list[int], seconds: float) -> float:
@@ -499,13 +502,28 @@ def idle_cpu_rate(pids: list[int], seconds: float) -> float:
     return cpu.cpu_s / cpu.wall_s
 
 
+def _last_index(cluster: SinkProcessCluster) -> int:
+    """The Raft log's last index (the highest any node reports)."""
+    sts = [asyncio.run(cluster.status(i)) for i in cluster.alive()]
+    return max(st["last_index"] for st in sts if st)
+
+
 def measured_phase(
-    prod: _LoadProducer, pids: list[int], idle_rate: float, topic: str, rate: float, seconds: float
+    cluster: SinkProcessCluster,
+    prod: _LoadProducer,
+    idle_rate: float,
+    topic: str,
+    rate: float,
+    seconds: float,
 ) -> dict:
     """Open-loop latency at `rate`, with the cluster's CPU (idle subtracted) per
-    acknowledged record and per Produce request."""
+    acknowledged record and per Produce request, and Raft entries per request."""
+    pids = [n.proc.pid for n in cluster.nodes.values() if n.proc is not None]
+    first = _last_index(cluster)
     with CpuMeter(pids) as cpu:
         r = open_loop(prod, topic, 100, rate, seconds)
+    r["entries"] = _last_index(cluster) - first
+    r["entries_per_request"] = r["entries"] / max(r["requests"], 1)
     if r["errors"]:
         raise RuntimeError(f"{r['errors']} delivery errors at {rate:.0f} records/s")
     net = cpu.cpu_s - idle_rate * cpu.wall_s
@@ -516,7 +534,8 @@ def measured_phase(
     r["records_per_request"] = r["acked"] / max(r["requests"], 1)
     print(
         f"  raftsink at {rate:>7.0f} records/s: p50 {r['p50_ms']:.2f} p99 {r['p99_ms']:.2f} "
-        f"p99.9 {r['p999_ms']:.2f} ms; {r['acked']} acked in {r['requests']} Produce requests; "
+        f"p99.9 {r['p999_ms']:.2f} ms; {r['acked']} acked in {r['requests']} Produce requests "
+        f"({r['entries']} Raft entries); "
         f"3 nodes' CPU {cpu.cpu_s:.2f} s in {cpu.wall_s:.1f} s ({net:.2f} s above idle): "
         f"{r['cpu_us_per_record']:.0f} us/record, {r['cpu_us_per_request']:.0f} us/request"
     )
@@ -578,7 +597,7 @@ def profile_phase(
     print(
         f"  per-stage CPU at {rate:.0f} records/s ({seconds:.0f} s, {r['acked']} records, "
         f"{r['requests']} Produce requests; leader node {leader}, follower node {follower}; "
-        "us of CPU per acknowledged record, sampling profiler on):"
+        "us of CPU per acknowledged record, stage clocks on):"
     )
     print(f"    {'stage':<56} {'leader':>8} {'follower':>8}")
     for s in stages:
@@ -608,7 +627,7 @@ def main() -> int:
     )
     args = ap.parse_args()
     if args.cpu_only:
-        return main_cpu(lat_seconds=20.0, profile_seconds=10.0)
+        return main_cpu(20.0, float(os.environ.get("BENCH_PROFILE_S", "10")))
     if args.tls:
         return main_tls(args.quick)
     ensure_debian_packages("kcat", *(() if args.no_jetstream else ("nats-server",)))
@@ -660,10 +679,11 @@ def main() -> int:
         try:
             prod.send("bench-latency", _value(0, 100))  # warm-up: the idempotent PID handshake
             prod.flush(30)
-            one_k = measured_phase(prod, pids, idle, "bench-latency", 1000, lat_seconds)
+            one_k = measured_phase(cluster, prod, idle, "bench-latency", 1000, lat_seconds)
             fig["cpu_us_per_record_1k"] = round(one_k["cpu_us_per_record"], 1)
             fig["cpu_us_per_request_1k"] = round(one_k["cpu_us_per_request"], 1)
             fig["records_per_request_1k"] = round(one_k["records_per_request"], 2)
+            fig["entries_per_request_1k"] = round(one_k["entries_per_request"], 2)
             fig["p50_ms"] = round(one_k["p50_ms"], 2)
             fig["p99_ms"] = round(one_k["p99_ms"], 2)
             fig["p999_ms"] = round(one_k["p999_ms"], 2)
@@ -673,7 +693,7 @@ def main() -> int:
             for pct in (25, 50, 75):
                 asyncio.run(cluster.wait_settled())
                 r = measured_phase(
-                    prod, pids, idle, "bench-load", max_rate * pct / 100, load_seconds
+                    cluster, prod, idle, "bench-load", max_rate * pct / 100, load_seconds
                 )
                 fig[f"p50_ms_at_{pct}pct"] = round(r["p50_ms"], 2)
                 fig[f"p99_ms_at_{pct}pct"] = round(r["p99_ms"], 2)
@@ -736,10 +756,11 @@ def main_cpu(lat_seconds: float, profile_seconds: float) -> int:
         try:
             prod.send("bench-latency", _value(0, 100))
             prod.flush(30)
-            r = measured_phase(prod, pids, idle, "bench-latency", 1000, lat_seconds)
+            r = measured_phase(cluster, prod, idle, "bench-latency", 1000, lat_seconds)
             fig["cpu_us_per_record_1k"] = round(r["cpu_us_per_record"], 1)
             fig["cpu_us_per_request_1k"] = round(r["cpu_us_per_request"], 1)
             fig["records_per_request_1k"] = round(r["records_per_request"], 2)
+            fig["entries_per_request_1k"] = round(r["entries_per_request"], 2)
             fig["p50_ms"], fig["p99_ms"] = round(r["p50_ms"], 2), round(r["p99_ms"], 2)
             fig["p999_ms"] = round(r["p999_ms"], 2)
             leader = asyncio.run(cluster.wait_ready())
