@@ -297,25 +297,34 @@ class SinkService:
             data = cmd.encode_produce(
                 topic, partition, b.producer_id, b.producer_epoch, b.base_sequence, batch
             )
-            fut = self._propose_produce(loop, data)
-            if key is not None:
-                self._inflight[key] = fut
-                fut.add_done_callback(lambda _f, k=key: self._inflight.pop(k, None))
-            futs.append(fut)
+            futs.append(self._propose_produce(loop, data, key))
         if len(futs) == 1:
             return futs[0]
         return loop.create_task(self._first_result(futs))
 
-    def _propose_produce(self, loop: asyncio.AbstractEventLoop, data: bytes) -> asyncio.Future:
+    def _propose_produce(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        data: bytes,
+        key: tuple[int, str, int, int, int] | None = None,
+    ) -> asyncio.Future:
         """Propose now (so a connection's batches enter the log in request order)
-        and map the outcome to a ProduceResult future that never fails."""
+        and map the outcome to a ProduceResult future that never fails. key (an
+        idempotent batch): the future is in _inflight until the outcome is known,
+        so a retry of the batch meanwhile shares it; one callback both settles the
+        future and removes the key (a callback per proposal, not two)."""
         try:
             proposal = self.node.propose(data, timeout=self.options.produce_timeout_s)
         except Exception as exc:  # not proposed: the client retries
             return _done(loop, ProduceResult(_error_of(exc), -1, -1))
         out = loop.create_future()
+        inflight = self._inflight
+        if key is not None:
+            inflight[key] = out
 
         def finish(f: asyncio.Future) -> None:
+            if key is not None and inflight.get(key) is out:
+                del inflight[key]
             if out.done():
                 return
             exc = None if f.cancelled() else f.exception()
