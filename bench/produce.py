@@ -43,9 +43,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import CpuMeter, machine, percentile, print_targets
+from stage_profile import PROFILE_ENV, SAMPLE_ENV, stage_table
 
 from raftlog.process_cluster import free_ports
-from sink.node.stage_profile import PROFILE_ENV, SAMPLE_ENV, stage_table
 from sink.process_cluster import SinkProcessCluster
 from sink.readapi import ReadApiClient
 
@@ -482,14 +482,16 @@ def main_tls(quick: bool) -> int:
 
 
 class _ProfiledCluster(SinkProcessCluster):
-    """Nodes run under sink.node.stage_profile (idle until its control file exists)."""
+    """Nodes run under bench/stage_profile.py (idle until its control file exists)."""
 
     def __init__(self, base_dir: str, control: str, **kw: Any) -> None:
-        super().__init__(base_dir, node_wrapper="sink.node.stage_profile", **kw)
+        super().__init__(base_dir, node_wrapper="bench.stage_profile", **kw)
         self.control = control
 
     def env_for(self, node_id: int) -> dict[str, str] | None:
-        env = dict(os.environ, **{PROFILE_ENV: self.control})
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        env = dict(os.environ, PYTHONPATH=path, **{PROFILE_ENV: self.control})
         if os.environ.get("BENCH_HOT_SPOTS"):
             env[SAMPLE_ENV] = "1"
         return env
@@ -560,7 +562,7 @@ def profile_phase(
     rate: float,
     seconds: float,
 ) -> dict[str, dict[str, float]]:
-    """The per-stage CPU account at `rate` (sink.node.stage_profile switched on in
+    """The per-stage CPU account at `rate` (bench/stage_profile.py switched on in
     every node for this phase only: its sampling costs CPU, so the measured phases
     run without it). Returns {"leader"|"follower": {stage: us per acked record}}."""
     for pid in pids.values():

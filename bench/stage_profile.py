@@ -1,4 +1,4 @@
-"""`python -m sink.node.stage_profile serve ...`: `raftsink serve` with a per-stage CPU account.
+"""`python -m bench.stage_profile serve ...`: `raftsink serve` with a per-stage CPU account.
 
 For bench/produce.py (and anyone asking "where does the CPU of a request go"), in
 one node process. With RAFTSINK_STAGE_PROFILE set to a control file's path, the
@@ -25,7 +25,10 @@ SAMPLE_MEAN_S, jittered) and reports the innermost project frames by line, with 
 GIL switch interval lowered to SWITCH_INTERVAL_S meanwhile so a sample lands near its
 instant: a hot-spot list to read with the bias above in mind, not CPU figures.
 
-Without RAFTSINK_STAGE_PROFILE the wrapper changes nothing.
+Without RAFTSINK_STAGE_PROFILE the wrapper changes nothing. It lives in bench/, not
+sink/: to time the Raft stages it wraps raftlog's internals (RawNode, DiskQueue,
+RaftGroup's private methods), which no sink module may touch
+(tests/unit/sink/test_raftlog_surface.py).
 """
 
 from __future__ import annotations
@@ -56,7 +59,6 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 # (path fragment under the repo, function name or "*") -> stage, first match wins.
 RULES: list[tuple[str, str, str]] = [
-    ("sink/node/stage_profile.py", "*", "(profiler)"),
     ("sink/kafka/connection.py", "_write_loop", "kafka: response write"),
     ("sink/kafka/connection.py", "*", "kafka: connection read/dispatch"),
     ("sink/kafka/protocol/encoders.py", "*", "kafka: response encode"),
@@ -99,7 +101,7 @@ LIBRARY_RULES: list[tuple[str, str]] = [
     ("/asyncio/", "event loop: asyncio Python code"),
 ]
 _IDLE_FILES = ("/asyncio/runners.py", "/uvloop/__init__.py")
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _project_path(filename: str) -> str | None:
