@@ -1,21 +1,34 @@
 """Produce benchmark: Kafka clients into a 3-node raftsink cluster (fsync on)
 against NATS JetStream (3 nodes, replicas=3, file storage) in the same run.
 
-raftsink: kcat (librdkafka, idempotent, acks=all) writes N records of 100 B and
-1 KiB over several partitions: records/s and MB/s from start to the last
-delivery. Then, once every node has caught up (no follower still replaying the
-throughput phase's backlog), confluent-kafka at a fixed 1,000 records/s:
-p50/p99 delivery latency (produce() to delivery callback). JetStream: nats-py publish_async with a window of 4,000, then
-1,000 msgs/s with one publish awaited at a time. NOTE: nats-server 2.9 does not
-fsync per message (acks once a quorum has it in the page cache).
+raftsink (docs/performance.md explains every figure):
+- throughput: kcat (librdkafka, idempotent, acks=all) writes N records of 100 B and
+  1 KiB over several partitions: records/s and MB/s from start to the last delivery;
+- then, once every node has caught up, one idempotent acks=all confluent-kafka
+  producer with the client's defaults (linger.ms 5, its batching; the same settings
+  in every phase) at 1,000 records/s of 100 B, open loop (send times scheduled in
+  advance, latency from the scheduled time: no coordinated omission): p50/p99/p99.9,
+  and the 3 nodes' CPU from /proc (utime+stime), the idle cluster's CPU over the same
+  time subtracted, per acknowledged record and per Produce request;
+- the same producer's closed-loop maximum, then open loop at 25/50/75% of it;
+- a per-stage CPU table of the leader and a follower at 1,000/s (the nodes run under
+  bench/stage_profile.py, switched on for that phase only).
+JetStream: nats-py publish_async with a window of 4,000, then 1,000 msgs/s open loop.
+NOTE: nats-server 2.9 does not fsync per message (acks once a quorum has it in the
+page cache).
 
-    python bench/produce.py [--quick]
+    python bench/produce.py [--quick] [--no-jetstream]
+    python bench/produce.py --cpu-only      # CPU per record at 1,000/s + stage table
     python bench/produce.py --tls [--quick]
+
+BENCH_HOT_SPOTS=1 also samples the nodes' stacks and prints hot lines (biased
+towards where the loop thread hands over the GIL: read the stage table for CPU).
 
 --tls: the same raftsink workload (kcat 1 KiB throughput, confluent-kafka at 1,000
 records/s) against a plaintext cluster and then a TLS cluster (Kafka listener with
 client certificates, mutual TLS between nodes, read API over TLS; throw-away
-certificates from scripts/make-certs.sh) in the same run; no JetStream. JSON:
+certificates from scripts/make-certs.sh) in the same run; no JetStream (the latency
+phase is the open-loop one above, default linger). JSON:
 tls_throughput_ratio_1k (TLS / plaintext records/s) and tls_p99_ratio (TLS /
 plaintext p99).
 
