@@ -308,12 +308,7 @@ class SinkService:
             data = cmd.encode_produce(
                 topic, partition, b.producer_id, b.producer_epoch, b.base_sequence, batch
             )
-            gap_key = None if key is None else (b.producer_id, topic, partition, b.producer_epoch)
-            fut = self._propose_produce(loop, data, gap_key)
-            if key is not None:
-                self._inflight[key] = fut
-                fut.add_done_callback(lambda _f, k=key: self._inflight.pop(k, None))
-            futs.append(fut)
+            futs.append(self._propose_produce(loop, data, key, b.producer_epoch))
         if len(futs) == 1:
             return futs[0]
         return loop.create_task(self._first_result(futs))
@@ -322,19 +317,28 @@ class SinkService:
         self,
         loop: asyncio.AbstractEventLoop,
         data: bytes,
-        gap_key: tuple[int, str, int, int] | None = None,
+        key: tuple[int, str, int, int, int] | None = None,
+        epoch: int = 0,
     ) -> asyncio.Future:
         """Propose now (so a connection's batches enter the log in request order)
-        and map the outcome to a ProduceResult future that never fails. gap_key: the
-        idempotent producer's (pid, topic, partition, epoch), whose sequence-gap
+        and map the outcome to a ProduceResult future that never fails. key (an
+        idempotent batch: pid, topic, partition, first and last sequence; epoch its
+        producer epoch): the future is in _inflight until the outcome is known, so a
+        retry of the batch meanwhile shares it; one callback both settles the future
+        and removes the key (a callback per proposal, not two); its sequence-gap
         verdicts go through self.sequence_gaps."""
         try:
             proposal = self.node.propose(data, timeout=self.options.produce_timeout_s)
         except Exception as exc:  # not proposed: the client retries
             return _done(loop, ProduceResult(_error_of(exc), -1, -1))
         out = loop.create_future()
+        inflight = self._inflight
+        if key is not None:
+            inflight[key] = out
 
         def finish(f: asyncio.Future) -> None:
+            if key is not None and inflight.get(key) is out:
+                del inflight[key]
             if out.done():
                 return
             exc = None if f.cancelled() else f.exception()
@@ -342,8 +346,8 @@ class SinkService:
                 out.set_result(ProduceResult(_error_of(exc), -1, -1))
             else:
                 res = f.result().result
-                if gap_key is not None:
-                    err = self.sequence_gaps.answer(gap_key, res.error)
+                if key is not None:
+                    err = self.sequence_gaps.answer((*key[:3], epoch), res.error)
                     if err != res.error:
                         res = res._replace(error=err)
                 out.set_result(res)

@@ -528,7 +528,13 @@ class Connection:
                 if not parts:
                     continue
                 writer.writelines(parts)
-                await writer.drain()
+                transport = writer.transport
+                if transport.get_write_buffer_size() or transport.is_closing():
+                    # Only a transport holding unsent bytes can be paused (its
+                    # buffer above the high-water mark), and a closing one raises
+                    # here: otherwise drain() would return at once, for two frames
+                    # of coroutine machinery per response.
+                    await writer.drain()
             finally:
                 self._release(reserved, fetch_bytes)
             # A response is activity too: idleness counts from the later of the

@@ -97,3 +97,15 @@ def test_zstd_bomb_is_bounded():
     with pytest.raises(BatchError) as e:
         _check(bytes(b))
     assert e.value.error_code == ErrorCode.corrupt_message
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_bad_batch_is_invalid_when_a_valid_batch_follows_it(name):
+    """Uncompressed batches are walked in place in the request's records blob: a
+    record that runs past its own batch must not be read out of the next batch."""
+    recs, count = BAD[name]
+    follower = make_batch([b"x" * 100, b"y" * 100])
+    with pytest.raises(BatchError) as e:
+        _check(_batch(recs, count) + follower)
+    assert e.value.error_code == ErrorCode.invalid_record, name
+    _check(follower + follower)  # and valid batches after each other pass
