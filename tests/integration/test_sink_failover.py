@@ -173,7 +173,10 @@ def test_idempotent_producer_survives_two_leader_kills(tmp_path):
         watcher: WatermarkWatcher | None = None
         for _round in range(2):
             send(rng.randint(2_000, 6_000))
-            target = total_acked() + rng.randint(500, 1_500)
+            # At most what was sent: acknowledgements may already have caught up with
+            # `sent` (a fast machine), and a target above it could never be reached
+            # (the CI failures "acknowledgements: 11079 of 12092 (sent 11079)").
+            target = min(sent, total_acked() + rng.randint(500, 1_500))
             wait_for(
                 lambda t=target: total_acked() >= t,
                 60,
