@@ -14,38 +14,17 @@ from typing import Any
 from kio.schema.create_acls.v3.request import CreateAclsRequest
 
 from sink.kafka.handlers.acl_relay import relay_to_leader
+from sink.kafka.handlers.acl_wire import binding_of
 from sink.kafka.handlers.api import Api, Call, Response, later
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
-from sink.security.acl import (
-    AclBinding,
-    AclError,
-    Operation,
-    PatternType,
-    Permission,
-    ResourceType,
-)
+from sink.security.acl import AclError
 from sink.security.acl_ops import create_op
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     return later(_create(ctx, call))
-
-
-def binding_of(c: Any) -> AclBinding:
-    """A creation of the request as a validated binding (AclError/ValueError if not one)."""
-    b = AclBinding(
-        ResourceType(int(c.resource_type)),
-        c.resource_name,
-        PatternType(int(getattr(c, "resource_pattern_type", PatternType.LITERAL))),
-        c.principal,
-        c.host,
-        Operation(int(c.operation)),
-        Permission(int(c.permission_type)),
-    )
-    b.validate()
-    return b
 
 
 async def _create(ctx: HandlerContext, call: Call) -> Response:

@@ -12,19 +12,12 @@ from typing import Any
 from kio.schema.delete_acls.v3.request import DeleteAclsRequest
 
 from sink.kafka.handlers.acl_relay import relay_to_leader
+from sink.kafka.handlers.acl_wire import filter_of
 from sink.kafka.handlers.api import Api, Call, Response, later
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
-from sink.security.acl import (
-    AclBinding,
-    AclError,
-    AclFilter,
-    Operation,
-    PatternType,
-    Permission,
-    ResourceType,
-)
+from sink.security.acl import AclBinding, AclError
 from sink.security.acl_ops import delete_op
 
 Result = tuple[ErrorCode, str | None, list[AclBinding]]
@@ -32,20 +25,6 @@ Result = tuple[ErrorCode, str | None, list[AclBinding]]
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     return later(_delete(ctx, call))
-
-
-def filter_of(f: Any) -> AclFilter:
-    out = AclFilter(
-        ResourceType(int(f.resource_type_filter)),
-        f.resource_name_filter,
-        PatternType(int(getattr(f, "pattern_type_filter", PatternType.LITERAL))),
-        f.principal_filter,
-        f.host_filter,
-        Operation(int(f.operation)),
-        Permission(int(f.permission_type)),
-    )
-    out.validate()
-    return out
 
 
 async def _delete(ctx: HandlerContext, call: Call) -> Response:

@@ -10,18 +10,12 @@ from typing import Any
 
 from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 
+from sink.kafka.handlers.acl_wire import filter_of
 from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
-from sink.security.acl import (
-    AclError,
-    AclFilter,
-    Operation,
-    PatternType,
-    Permission,
-    ResourceType,
-)
+from sink.security.acl import AclError
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
@@ -29,16 +23,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     if ctx.acls is None:
         return answered(_error(call.version, call.corr, ErrorCode.security_disabled, None))
     try:
-        f = AclFilter(
-            ResourceType(int(req.resource_type_filter)),
-            req.resource_name_filter,
-            PatternType(int(getattr(req, "pattern_type_filter", PatternType.LITERAL))),
-            req.principal_filter,
-            req.host_filter,
-            Operation(int(req.operation)),
-            Permission(int(req.permission_type)),
-        )
-        f.validate()
+        f = filter_of(req)
     except (AclError, ValueError) as exc:
         return answered(_error(call.version, call.corr, ErrorCode.invalid_request, str(exc)))
     groups: dict[tuple, list[dict]] = {}
