@@ -390,8 +390,11 @@ class StreamProducer:
             if err is not None:
                 self.errors.append(err)
             else:
+                off = msg.offset()
+                if off is None or off < 0:
+                    return  # librdkafka's implicit ack: a later record of it has an offset
                 with self.run._lock:
-                    ends[msg.partition()] = max(ends[msg.partition()], msg.offset() + 1)
+                    ends[msg.partition()] = max(ends[msg.partition()], off + 1)
 
         i = 0
         while not self.stop_ev.is_set():
