@@ -1,7 +1,7 @@
 """A short fault campaign (chaos) in CI: 3 real node processes behind the
 fault-injecting proxy, idempotent producers, Kafka and read API consumers,
 kill -9 / SIGSTOP / network partitions / fsync stalls / wiped and corrupted
-storage from a fixed seed. The
+storage, membership changes (remove and re-add, replace) from a fixed seed. The
 checkers must report 0 anomalies, and the nemesis must really have injected
 faults of every kind.
 
@@ -26,13 +26,12 @@ SECONDS = float(os.environ.get("RAFTSINK_CHAOS_SECONDS", "150"))
 MIN_FAULTS_PER_KIND = 2
 
 
-STORAGE_KINDS = tuple(k for k in KINDS if k != "membership")
-"""CI's campaign: every kind but `membership`. It was left out because `replace` left the
-replaced node unable to finish its final read; the cause (a node rebuilt by InstallSnapshot
-lacked the log entries below the leader's newest snapshot) is fixed and seven-kind runs are
-VALID (docs/chaos.md); putting it back is CI's owners' call.
-tests/integration/test_members_processes.py covers add/remove/replace on real processes."""
-CAMPAIGNS = [pytest.param(STORAGE_KINDS, SECONDS, id="storage")]
+# CI's campaign: every kind, `membership` included (issue 12). It had been left out because
+# `replace` left the replaced node unable to finish its final read (a node rebuilt by
+# InstallSnapshot lacked the log below the leader's newest snapshot: fixed in session 7).
+# Seed 20240607 with all seven kinds, 150 s: VALID three times (two in session 7, one on
+# session 8's code with CI running beside it: 45,007 records, every kind injected 2-3 times).
+CAMPAIGNS = [pytest.param(tuple(KINDS), SECONDS, id="all")]
 
 
 @pytest.mark.slow
