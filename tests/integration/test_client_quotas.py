@@ -263,13 +263,13 @@ def test_two_producers_get_throughput_in_the_ratio_of_their_quotas(tmp_path) -> 
 
 def test_unthrottled_consumer_p99_with_a_quota_limited_noisy_neighbour(tmp_path) -> None:
     """The steady client's end-to-end (consumer) p99 with the quota-limited neighbour running
-    vs paused: 8 pairs of interleaved 2 s segments, 100 records/s, so both sides share the
+    vs paused: 4 pairs of interleaved 2 s segments, 100 records/s, so both sides share the
     machine's load (a 2-core box shared by other jobs). bench/overload_quota.py also
     measures the neighbour without a quota (10-13x on a quiet machine)."""
     quota = 262_144
     res = measure_noisy_neighbour(
         segment_s=2.0,
-        pairs=8,
+        pairs=4,  # the mechanism, not the p99 ratio, is asserted: 4 pairs suffice (CI time)
         quota_bytes=quota,
         window_size_s=0.2,
         base_dir=str(tmp_path),
