@@ -44,6 +44,7 @@ import secrets
 from dataclasses import dataclass
 
 from raftlog.storage.errors import StorageError
+from raftlog.storage.segments import fsync_dir
 
 log = logging.getLogger("raftlog.identity")
 
@@ -76,14 +77,6 @@ def new_incarnation() -> int:
         inc = secrets.randbits(63)
         if inc:
             return inc
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class IdentityFile:
@@ -149,7 +142,7 @@ class IdentityFile:
                 os.fsync(f.fileno())
         os.replace(tmp, self.path)
         if durable:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     def forget_group(self, group_id: int) -> None:
         """The group's storage was deleted on purpose: a later replica of it gets a

@@ -29,6 +29,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from raftlog.storage.segments import fsync_dir
+
 MARKER = "REPAIR"
 
 MODES = ("repair", "stop")
@@ -92,7 +94,7 @@ def write_marker(log_dir: str, damaged_from: int, reason: str) -> int:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(log_dir)
+    fsync_dir(log_dir)
     return damaged_from
 
 
@@ -102,15 +104,7 @@ def clear_marker(log_dir: str) -> None:
         os.unlink(marker_path(log_dir))
     except FileNotFoundError:
         return
-    _fsync_dir(log_dir)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(log_dir)
 
 
 def why_not_repairable(identity: bool, voters: int) -> str:
