@@ -173,9 +173,12 @@ class ChaosCluster(SinkProcessCluster):
         return "move" in tail and "replacement" in tail
 
     def verify_and_repair(self, i: int) -> str:
-        """Stop node i, `raftsink verify` its log; repair it (directory aside, start
-        empty) if verify finds problems, else start it again. Returns what it did."""
-        from raftlog.storage import verify_data_dir
+        """Stop node i and `raftsink verify --repair` its log as an operator would:
+        damage verify finds is scheduled for repair (the REPAIR marker), so the start
+        keeps the intact prefix and fetches the rest from the peers (issue 12), instead
+        of losing the whole directory. Only storage verify cannot read as a log at all
+        is moved aside (the node starts empty). Returns what it did."""
+        from raftlog.storage import schedule_repair, verify_data_dir
 
         with self._repair_lock:
             if i not in self.damaged:
@@ -183,11 +186,15 @@ class ChaosCluster(SinkProcessCluster):
             self.kill(i)
             log_dir = os.path.join(self.nodes[i].data_dir, "log")
             report = verify_data_dir(log_dir) if os.path.isdir(log_dir) else None
-            if report is not None and not report.ok:
+            if report is not None and report.repair_plan() is not None:
+                self.repairs += 1
+                at = schedule_repair(log_dir, report)
+                what = f"verify found damage: repair from entry {at} scheduled ({report.repair()})"
+            elif report is not None and not report.ok:
                 data_dir = self.nodes[i].data_dir
                 self.repairs += 1
                 shutil.move(data_dir, f"{data_dir}.damaged-{self.repairs}")
-                what = f"verify found {len(report.problems)} problem(s): repaired"
+                what = f"verify found {len(report.problems)} problem(s), no log to keep: replaced"
             else:
                 what = "verify found nothing (damage cut as a torn tail or compacted)"
             self.damaged.discard(i)

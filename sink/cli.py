@@ -347,7 +347,7 @@ def _kafka_status_line(node: int, k: dict) -> str:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from raftlog.storage import DataDirLockedError, verify_data_dir
+    from raftlog.storage import DataDirLockedError, schedule_repair, verify_data_dir
 
     def progress(msg: str) -> None:
         if not args.quiet:
@@ -359,10 +359,18 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         target = os.path.join(target, "log")
     try:
         report = verify_data_dir(target, progress=progress)
+        print(report.to_text())
+        if args.repair and report.repair_plan() is not None:
+            at = schedule_repair(target, report)
+            print(
+                f"repair scheduled: the next start repairs from entry {at} "
+                "(storage.on_corruption=repair; with 'stop' it stops and says so)"
+            )
+        elif args.repair:
+            print("repair: nothing damaged to schedule")
     except DataDirLockedError as exc:
         print(f"raftsink verify: {exc}", file=sys.stderr)
         return 2
-    print(report.to_text())
     return 0 if report.ok else 1
 
 
@@ -454,9 +462,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_read_api_args(p)
     p.set_defaults(func=_cmd_status)
 
-    p = sub.add_parser("verify", help="check a data directory's segments and index (read-only)")
+    p = sub.add_parser(
+        "verify", help="check a data directory's segments and index (read-only unless --repair)"
+    )
     p.add_argument("data_dir", help="a node's data directory (or its log/ directory)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="when damage is found, make the node's next start repair it (keeps the intact "
+        "prefix, fetches the rest from the peers); changes nothing else",
+    )
     p.set_defaults(func=_cmd_verify)
 
     from sink.cli_acl import add_parser as add_acl_parser

@@ -196,8 +196,14 @@ class RaftHost:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        # Every step runs even when an earlier one fails (a group whose storage failed
+        # may fail to close): a transport left open is torn down by its finalizer on a
+        # closed event loop, after the line that said why the node stopped.
         for gid in list(self.groups):
-            await self.remove_group(gid)
+            try:
+                await self.remove_group(gid)
+            except Exception as exc:
+                log.warning("raft.group_close_failed group=%d error=%r", gid, exc)
         if self._started:
             await self.transport.close()
         if self.writer is not None:

@@ -8,6 +8,7 @@ Public surface:
     StorageOptions  typed configuration with documented defaults
     DiskGuard       the free-space reserve of the volumes a node writes (DiskLevel)
     verify_data_dir read-only integrity check of a data directory
+    schedule_repair make the next start repair what verify found (REPAIR marker)
 """
 
 from raftlog.storage.disk_guard import DiskGuard, DiskLevel, reserve_for
@@ -23,7 +24,7 @@ from raftlog.storage.errors import (
 )
 from raftlog.storage.log_store import LogStore, StoreStats
 from raftlog.storage.options import StorageOptions
-from raftlog.storage.verify import VerifyReport, verify_data_dir
+from raftlog.storage.verify import VerifyReport, schedule_repair, verify_data_dir
 
 __all__ = [
     "CorruptLogError",
@@ -42,5 +43,6 @@ __all__ = [
     "VerifyReport",
     "WriterStats",
     "reserve_for",
+    "schedule_repair",
     "verify_data_dir",
 ]

@@ -18,7 +18,7 @@ from raftlog.entry import HardState, SnapshotMeta
 from raftlog.storage.errors import CorruptLogError, DataDirLockedError
 from raftlog.storage.index import LogIndex
 from raftlog.storage.options import StorageOptions
-from raftlog.storage.repair import read_marker
+from raftlog.storage.repair import read_marker, write_marker
 from raftlog.storage.segments import FILE_HEADER_SIZE, FrameInfo, Segment, parse_segment_name
 
 
@@ -154,6 +154,34 @@ def verify_data_dir(
     finally:
         os.close(lock_fd)
     return report
+
+
+def schedule_repair(directory: str, report: VerifyReport) -> int | None:
+    """Make the next start of the node repair the damage `report` found (`raftsink
+    verify --repair`): durably record the REPAIR marker at the first entry the intact
+    prefix does not hold, exactly as a read that found the damage at run time would.
+    Cuts nothing itself: the start's recovery does the repair (keeping the prefix,
+    new incarnation, caught up by the leader), under storage.on_corruption. Returns
+    the entry the marker names, None when the report found no damage to repair.
+    DataDirLockedError if a node has the directory open."""
+    plan = report.repair_plan()
+    if plan is None:
+        return None
+    lock_fd = os.open(os.path.join(directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DataDirLockedError(
+                f"{directory} is open in a running node; stop it before repairing"
+            ) from None
+        return write_marker(
+            directory,
+            plan["fetched_from"],
+            f"raftsink verify --repair found damage from entry {plan['fetched_from']}",
+        )
+    finally:
+        os.close(lock_fd)
 
 
 class _EmptyIndex:

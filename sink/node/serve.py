@@ -69,6 +69,10 @@ def repair_refused(config: SinkConfig) -> str:
     return why_not_repairable(config.node_options().identity, len(config.peers))
 
 
+STOP_AFTER_FAILED_START_S = 10.0
+"""Longest wait for what a failed start had started to stop before the node exits."""
+
+
 def run_on_event_loop(kind: str, main: Coroutine[Any, Any, T]) -> T:
     """Run main on the configured event loop ("uvloop" or "asyncio", node.event_loop)."""
     if kind == "uvloop":
@@ -83,17 +87,21 @@ async def serve(config: SinkConfig, ready_line: bool = True) -> None:
     node = SinkNode(config)
     try:
         await node.start()
-    except IdentityError as exc:
-        log.critical("raftsink.identity_refused node=%d: %s", config.node_id, exc)
-        raise SystemExit(EXIT_CONFIG) from None
-    except CorruptLogError as exc:
-        if exc.marked and not repair_refused(config):
-            # found by a read during start (e.g. a membership entry): restart to repair
-            with contextlib.suppress(Exception):
-                await node.stop()
-            _repair_restart(config, exc)
-        _stop_on_corruption(config, exc)
-    except Exception as exc:
+    except (IdentityError, CorruptLogError, Exception) as exc:
+        # Whatever started (listeners, gRPC servers, the transport) is stopped before
+        # the loop closes: a server left running is torn down by its finalizer on a
+        # closed loop ("Exception ignored in Server.__del__"), noise after the one
+        # line that says why the node stopped. Bounded: a half-started node must exit.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(node.stop(), STOP_AFTER_FAILED_START_S)
+        if isinstance(exc, IdentityError):
+            log.critical("raftsink.identity_refused node=%d: %s", config.node_id, exc)
+            raise SystemExit(EXIT_CONFIG) from None
+        if isinstance(exc, CorruptLogError):
+            if exc.marked and not repair_refused(config):
+                # found by a read during start (e.g. a membership entry): restart to repair
+                _repair_restart(config, exc)
+            _stop_on_corruption(config, exc)
         if storage_errno(exc) is None:
             raise
         _stop_loudly(config, exc)

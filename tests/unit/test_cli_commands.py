@@ -55,3 +55,39 @@ def test_a_broken_tool_entry_point_does_not_break_the_cli(monkeypatch, capsys):
     args = cli.build_parser().parse_args(["verify", "/nonexistent"])
     assert args.command == "verify"
     assert "command 'broken' unavailable" in capsys.readouterr().err
+
+
+def test_verify_repair_schedules_the_repair_of_a_damaged_node(tmp_path, capsys):
+    """`raftsink verify DIR --repair` on a stopped node's directory (DIR/log): it prints
+    the report and the scheduled repair, and exits 1 (damage found); without damage it
+    schedules nothing and exits 0."""
+    from raftlog.storage import LogStore, StorageOptions
+    from raftlog.storage.repair import read_marker
+    from raftlog.storage.segments import FILE_HEADER_SIZE, FRAME_HEADER_SIZE
+    from tests.helpers.storage import entries
+
+    log_dir = tmp_path / "node" / "log"
+    s = LogStore.open(str(log_dir), StorageOptions(index_checkpoint_entries=5))
+    s.append(entries(1, 20))
+    s.close()
+    seg = sorted((log_dir / "segments").iterdir())[0]
+    with open(seg, "r+b") as f:
+        f.seek(FILE_HEADER_SIZE + 9 * (FRAME_HEADER_SIZE + 100) + FRAME_HEADER_SIZE + 7)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x5A]))  # entry 10
+    assert cli.main(["verify", "-q", str(tmp_path / "node"), "--repair"]) == 1
+    out = capsys.readouterr().out
+    assert "keeps entries 1..9" in out
+    assert "repair scheduled: the next start repairs from entry 10" in out
+    assert read_marker(str(log_dir))[0] == 10
+    assert cli.main(["verify", "-q", str(tmp_path / "node")]) == 1  # plain verify: read-only
+    assert read_marker(str(log_dir))[0] == 10
+    capsys.readouterr()
+    healthy = tmp_path / "healthy" / "log"
+    s = LogStore.open(str(healthy))
+    s.append(entries(1, 5))
+    s.close()
+    assert cli.main(["verify", "-q", str(healthy.parent), "--repair"]) == 0
+    assert "nothing damaged to schedule" in capsys.readouterr().out
+    assert read_marker(str(healthy)) is None

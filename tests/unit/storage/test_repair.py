@@ -12,7 +12,14 @@ import shutil
 
 import pytest
 
-from raftlog.storage import CorruptLogError, LogStore, StorageOptions, verify_data_dir
+from raftlog.storage import (
+    CorruptLogError,
+    DataDirLockedError,
+    LogStore,
+    StorageOptions,
+    schedule_repair,
+    verify_data_dir,
+)
 from raftlog.storage.repair import MARKER, read_marker, why_not_repairable, write_marker
 from raftlog.storage.segments import FILE_HEADER_SIZE, FRAME_HEADER_SIZE
 from tests.helpers.storage import entries
@@ -264,3 +271,33 @@ def test_repair_needs_identity_and_another_voter():
     assert why_not_repairable(True, 3) == ""
     assert "single-node" in why_not_repairable(True, 1)
     assert "identity" in why_not_repairable(False, 3)
+
+
+def test_verify_repair_schedules_what_a_read_would_find(tmp_path):
+    """Damage inside the indexed log is not scanned at open: `raftsink verify --repair`
+    records the marker verify's plan names, and the next open repairs from it."""
+    d = str(tmp_path / "sched")
+    s = LogStore.open(d, StorageOptions(index_checkpoint_entries=5))
+    s.append(entries(1, 20))
+    s.close()
+    flip(seg_files(d)[0], frame_start(11) + FRAME_HEADER_SIZE + 50)  # entry 12, indexed
+    s = LogStore.open(d)
+    assert s.repair is None  # an open alone does not find it
+    s.close()
+    report = verify_data_dir(d)
+    assert report.repair_plan()["fetched_from"] == 12
+    held = LogStore.open(d)
+    with pytest.raises(DataDirLockedError):
+        schedule_repair(d, report)  # never behind a running node's back
+    held.close()
+    assert read_marker(d) is None
+    assert schedule_repair(d, report) == 12
+    assert read_marker(d)[0] == 12
+    s = LogStore.open(d)
+    assert s.repair is not None and s.repair.kept_last == 11
+    check_prefix(s, 11)
+    s.close()
+    healthy = str(tmp_path / "ok")
+    many_segments(healthy)
+    assert schedule_repair(healthy, verify_data_dir(healthy)) is None
+    assert read_marker(healthy) is None
