@@ -9,9 +9,10 @@ node stops (storage.on_corruption=stop, a single-node cluster). Nothing is modif
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from raftlog.entry import HardState, SnapshotMeta
@@ -131,14 +132,7 @@ def verify_data_dir(
     if not os.path.isdir(seg_dir):
         report.problems.append("not a raftsink data directory (segments/ missing)")
         return report
-    lock_fd = os.open(os.path.join(directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DataDirLockedError(
-                f"{directory} is open in a running node; stop it before verifying"
-            ) from None
+    with _held(directory, "verifying"):
         if not os.path.isdir(index_dir):
             report.notes.append(
                 "the LMDB index is missing: a restart rebuilds it from the segments; its "
@@ -151,9 +145,24 @@ def verify_data_dir(
             _verify(index, seg_dir, opts, report, progress or (lambda _msg: None))
         finally:
             index.close()
+    return report
+
+
+@contextlib.contextmanager
+def _held(directory: str, doing: str) -> Iterator[None]:
+    """Hold the data directory's LOCK (the one a running node holds) for the block;
+    DataDirLockedError at once if a node has it."""
+    lock_fd = os.open(os.path.join(directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DataDirLockedError(
+                f"{directory} is open in a running node; stop it before {doing}"
+            ) from None
+        yield
     finally:
         os.close(lock_fd)
-    return report
 
 
 def schedule_repair(directory: str, report: VerifyReport) -> int | None:
@@ -167,21 +176,12 @@ def schedule_repair(directory: str, report: VerifyReport) -> int | None:
     plan = report.repair_plan()
     if plan is None:
         return None
-    lock_fd = os.open(os.path.join(directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DataDirLockedError(
-                f"{directory} is open in a running node; stop it before repairing"
-            ) from None
+    with _held(directory, "repairing"):
         return write_marker(
             directory,
             plan["fetched_from"],
             f"raftsink verify --repair found damage from entry {plan['fetched_from']}",
         )
-    finally:
-        os.close(lock_fd)
 
 
 class _EmptyIndex:
