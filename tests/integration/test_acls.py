@@ -22,10 +22,10 @@ import pytest
 
 from sink.kafka.admin import ADMIN_CONNECTION
 from sink.kafka.admin_acls import describe_acls
-from sink.kafka.sasl_login import LoginError, sasl_login
 from sink.process_cluster import SinkProcessCluster
 from sink.security.acl import AclFilter, ResourceType
 from sink.security.sasl_client import Login
+from tests.helpers.sasl_tools import can_login, until
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import (  # noqa: E402
@@ -42,31 +42,6 @@ ADMIN = ("admin", "admin-secret")
 ALICE = ("alice", "alice-secret")
 BOB = ("bob", "bob-secret")
 MECH = "SCRAM-SHA-512"
-
-
-def _until(check, timeout: float = 30.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            assert value, f"timed out waiting for {what}"
-            return value
-        time.sleep(0.1)
-
-
-async def _can_login(addr: str, login: Login) -> bool:
-    host, port = addr.rsplit(":", 1)
-    try:
-        reader, writer = await asyncio.open_connection(host, int(port))
-    except OSError:
-        return False
-    try:
-        await sasl_login(reader, writer, login)
-        return True
-    except (LoginError, OSError, asyncio.IncompleteReadError):
-        return False
-    finally:
-        writer.close()
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +67,7 @@ def cluster(tmp_path_factory):
         for p in c.peers.values():  # the bootstrap users are applied on every node
             for who in (ADMIN, ALICE, BOB):
                 login = Login(MECH, *who)
-                _until(lambda p=p, lg=login: asyncio.run(_can_login(p.kafka, lg)), what=p.kafka)
+                until(lambda p=p, lg=login: asyncio.run(can_login(p.kafka, lg)), what=p.kafka)
         yield c
     finally:
         c.stop()
@@ -126,7 +101,7 @@ def _on_every_node(cluster, f: AclFilter, count: int) -> None:
             out.append(len(await describe_acls([(host, int(port))], f, at_node=True)))
         return out
 
-    _until(lambda: asyncio.run(counts()) == [count] * len(cluster.peers), what=f"{f} x{count}")
+    until(lambda: asyncio.run(counts()) == [count] * len(cluster.peers), what=f"{f} x{count}")
 
 
 def _binding(topic: str, user, op, perm=AclPermissionType.ALLOW, rtype=CkResourceType.TOPIC):

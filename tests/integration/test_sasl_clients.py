@@ -20,11 +20,11 @@ import pytest
 
 from sink.kafka.admin import AdminError
 from sink.kafka.admin_users import describe_users
-from sink.kafka.sasl_login import LoginError, sasl_login
 from sink.process_cluster import SinkProcessCluster
 from sink.security.sasl_client import Login
 from tests.helpers.client_tools import kafkajs_script, kcat_path
 from tests.helpers.kafka_wire import encode_request, recv_exact
+from tests.helpers.sasl_tools import can_login, until
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -34,31 +34,6 @@ N = 20
 MECHS = ["SCRAM-SHA-512", "PLAIN"]
 # SCRAM-SHA-256 is left out of the cluster's mechanisms: the "disabled mechanism" case.
 ENABLED = "SCRAM-SHA-512,PLAIN"
-
-
-def _until(check, timeout: float = 30.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            assert value, f"timed out waiting for {what}"
-            return value
-        time.sleep(0.1)
-
-
-async def _can_login(addr: str, login: Login) -> bool:
-    host, port = addr.rsplit(":", 1)
-    try:
-        reader, writer = await asyncio.open_connection(host, int(port))
-    except OSError:
-        return False
-    try:
-        await sasl_login(reader, writer, login)
-        return True
-    except (LoginError, OSError, asyncio.IncompleteReadError):
-        return False
-    finally:
-        writer.close()
 
 
 def _raftsink_users(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -89,7 +64,7 @@ def secure(tmp_path_factory):
         asyncio.run(c.wait_ready())
         admin = Login("SCRAM-SHA-512", *ADMIN)
         for p in c.peers.values():  # the bootstrap user is applied on every node
-            _until(lambda p=p: asyncio.run(_can_login(p.kafka, admin)), what=f"admin on {p.kafka}")
+            until(lambda p=p: asyncio.run(can_login(p.kafka, admin)), what=f"admin on {p.kafka}")
         yield c
     finally:
         c.stop()
@@ -111,7 +86,7 @@ def alice(secure):
     assert out.returncode == 0, out
     login = Login("SCRAM-SHA-512", *ALICE)
     for p in secure.peers.values():
-        _until(lambda p=p: asyncio.run(_can_login(p.kafka, login)), what=f"alice on {p.kafka}")
+        until(lambda p=p: asyncio.run(can_login(p.kafka, login)), what=f"alice on {p.kafka}")
     return ALICE
 
 
@@ -408,15 +383,15 @@ def test_users_cli_list_alter_delete(secure, alice):
     new = Login("SCRAM-SHA-512", "bob", "bob-changed")
     assert _users_cli(secure, "alter", "bob", password=new.password).returncode == 0
     for p in secure.peers.values():
-        _until(
-            lambda p=p: asyncio.run(_can_login(p.kafka, new)),
+        until(
+            lambda p=p: asyncio.run(can_login(p.kafka, new)),
             what=f"bob's new password on {p.kafka}",
         )
-        assert not asyncio.run(_can_login(p.kafka, Login("SCRAM-SHA-512", *bob)))
+        assert not asyncio.run(can_login(p.kafka, Login("SCRAM-SHA-512", *bob)))
     out = _users_cli(secure, "delete", "bob")
     assert out.returncode == 0, out
     for p in secure.peers.values():
-        _until(lambda p=p: not asyncio.run(_can_login(p.kafka, new)), what=f"bob gone on {p.kafka}")
+        until(lambda p=p: not asyncio.run(can_login(p.kafka, new)), what=f"bob gone on {p.kafka}")
     # No login: the cluster closes the admin connection; the CLI says so.
     out = _raftsink_users("list", "--bootstrap-servers", secure.bootstrap_servers)
     assert out.returncode == 1 and "raftsink users:" in out.stderr, out
@@ -462,7 +437,7 @@ def short_sessions(tmp_path_factory):
     try:
         asyncio.run(c.wait_ready())
         admin = Login("SCRAM-SHA-512", *ADMIN)
-        _until(lambda: asyncio.run(_can_login(c.peers[1].kafka, admin)), what="admin")
+        until(lambda: asyncio.run(can_login(c.peers[1].kafka, admin)), what="admin")
         yield c
     finally:
         c.stop()
