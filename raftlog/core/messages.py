@@ -110,6 +110,11 @@ class RequestVote(Message):
     """The incarnation the candidate's membership records for the voter (0: none):
     a voter that has not yet received the configuration admitting it learns
     here that the cluster vouches for its storage."""
+    candidate_admitted: bool = False
+    """The candidate's own membership records its current incarnation (a leader admitted
+    this storage through the log). A voter whose membership has not caught up with that
+    admission trusts it for a candidate whose log is at least as up to date as its own
+    (so the candidate's membership is the newer one); a replacement never sets it."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -600,6 +600,8 @@ class RawNode:
                     pre_vote=pre,
                     transfer=transfer,
                     voter_incarnation=self.membership.incarnation_of(v),
+                    candidate_admitted=bool(self.cfg.incarnation)
+                    and self.membership.incarnation_of(self.id) == self.cfg.incarnation,
                 )
             )
 
@@ -688,7 +690,17 @@ class RawNode:
             refuse = self.is_replacement()
         # (a node outside its own configuration votes as in plain Raft: the
         # candidate counts its grant only from the incarnation it records)
-        if refuse or (m.incarnation and not self.counts(m.src, m.incarnation)):
+        unknown_storage = (
+            m.incarnation
+            and not self.counts(m.src, m.incarnation)
+            # The candidate's own membership admitted its storage and this one has not
+            # caught up with that admission: a grant still needs the candidate's log at
+            # least as up to date as this one (below), so its membership is the newer
+            # one. Refusing could stall the cluster for good: the most up-to-date
+            # candidate, known here by its old storage, could never win (sim seed 1698).
+            and not m.candidate_admitted
+        )
+        if refuse or unknown_storage:
             # a node that cannot vouch for its vote record grants nothing, and a
             # candidate on storage the membership does not know gets nothing
             # (at term 0 there is no term to answer with: the candidate times out)

@@ -94,6 +94,7 @@ def _enc_vote(m: RequestVote, p: pb.RaftMessage) -> None:
         m.transfer,
     )
     p.voter_incarnation = m.voter_incarnation
+    p.candidate_admitted = m.candidate_admitted
 
 
 def _enc_vote_resp(m: RequestVoteResponse, p: pb.RaftMessage) -> None:
@@ -237,6 +238,7 @@ def _dec_vote(p: pb.RaftMessage, h: dict, limits: DecodeLimits) -> Message:
         pre_vote=p.pre_vote,
         transfer=p.transfer,
         voter_incarnation=p.voter_incarnation,
+        candidate_admitted=p.candidate_admitted,
     )
 
 

@@ -33,7 +33,7 @@ def _key(field: int, wire: int) -> bytes:
     return varint((field << 3) | wire)
 
 
-_K = {f: (_key(f, 0), _key(f, 2)) for f in range(1, 30)}  # (varint key, length key)
+_K = {f: (_key(f, 0), _key(f, 2)) for f in range(1, 41)}  # (varint key, length key)
 
 
 _ENTRY_FIXED = struct.Struct("<BQBQBB")  # key 1 fixed64, key 2 fixed64, key 3 varint (type < 128)
@@ -138,6 +138,7 @@ def _message_parts(m: Message, entries: EntryEncoder, out: list[bytes]) -> None:
         _u(p, 16, m.pre_vote)
         _u(p, 17, m.transfer)
         _u(p, 29, m.voter_incarnation)
+        _u(p, 40, m.candidate_admitted)
     elif t is MsgType.VOTE_RESP:
         _u(p, 16, m.pre_vote)
         _u(p, 18, m.granted)

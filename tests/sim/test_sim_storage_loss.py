@@ -92,3 +92,12 @@ def test_a_replacement_commits_on_a_heartbeat_only_what_this_leader_verified():
     whose kept log held an old leader's uncommitted entry there, committed it
     ("node 2 has term 2 at committed index 10, committed term is 3")."""
     run_seed(645, **LOSSY)
+
+
+def test_a_stale_voter_does_not_stall_the_most_up_to_date_candidate():
+    """Seed 1698 with every loss kind: node 2's membership predated the admission of
+    node 1's repaired storage, so it refused node 1 (the longest log) for good while
+    node 1 refused the others by the log check: no leader after healing, forever. The
+    candidate's own admission (RequestVote.candidate_admitted) now counts."""
+    result = run_seed(1698, loss_kinds=SimCluster.LOSS_KINDS)
+    assert result.committed > 23  # past the stall's commit index

@@ -166,6 +166,59 @@ def test_replacement_acks_do_not_count_and_its_votes_are_refused():
     assert b"x" in c.peers[f2].applied
 
 
+def _vote_from(voter, src: int, incarnation: int, admitted: bool, last: tuple[int, int]):
+    voter.step(
+        RequestVote(
+            src=src,
+            dst=voter.id,
+            term=voter.term + 1,
+            last_index=last[0],
+            last_term=last[1],
+            pre_vote=True,
+            incarnation=incarnation,
+            identity=IDENTITY_SEALED,
+            candidate_admitted=admitted,
+        )
+    )
+    resp = [m for m in voter.ready().messages if m.dst == src and m.type.name == "VOTE_RESP"]
+    assert len(resp) == 1
+    return resp[0].granted
+
+
+def test_a_stale_voter_trusts_the_candidates_own_admission_of_its_storage():
+    """Sim seed 1698 (every storage-loss kind): a voter whose membership predates the
+    admission of a candidate's new storage refused the most up-to-date candidate for
+    good, and no other could win. A candidate whose own membership records its current
+    incarnation says so (candidate_admitted); the voter trusts it for a log at least as
+    up to date as its own only; a replacement never says so."""
+    c, lead = _founded(seed=5)
+    f1, f2 = (i for i in (1, 2, 3) if i != lead)
+    c.crash(f1)
+    c.wipe(f2)
+    c.restart(f1)
+    voter = c.node(f1)
+    assert voter.membership.incarnation_of(f2) == 1000 + f2  # the old storage
+    ahead = (10**6, voter.term + 1)
+    assert not _vote_from(voter, f2, 1100 + f2, False, ahead)
+    assert _vote_from(voter, f2, 1100 + f2, True, ahead)
+    # it never stands in for the log: a candidate behind the voter gets nothing
+    assert not _vote_from(voter, f2, 1100 + f2, True, (0, 0))
+    c.crash(f1)  # (its Readies above were taken by hand: restart it from its storage)
+    # what candidates say: the replacement (not admitted yet) and an admitted member
+    replacement = c.node(f2)
+    assert not replacement.may_vote
+    replacement.campaign()  # refused by the core itself: it may not campaign
+    asks = [m for m in replacement.ready().messages if m.type.name == "VOTE"]
+    assert all(not m.candidate_admitted for m in asks)
+    c.restart(f1)
+    c.tick_all(60)  # admitted again through the log
+    assert c.node(lead).membership.incarnation_of(f2) == 1100 + f2
+    member = c.node(f2)
+    member.campaign()
+    asks = [m for m in member.ready().messages if m.type.name == "VOTE"]
+    assert asks and all(m.candidate_admitted for m in asks)
+
+
 def test_a_voter_is_promoted_only_from_the_incarnation_it_answers_from():
     c, lead = _founded(seed=7)
     c.add_peer(4)

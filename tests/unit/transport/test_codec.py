@@ -41,6 +41,7 @@ EXAMPLES = [
     AppendEntries(**H, prev_index=0, prev_term=0),
     AppendEntriesResponse(**H, index=12, reject=True, reject_hint=5, log_term=4),
     RequestVote(**H, last_index=12, last_term=6, pre_vote=True, transfer=True),
+    RequestVote(**H, last_index=12, last_term=6, voter_incarnation=77, candidate_admitted=True),
     RequestVoteResponse(**H, granted=True, pre_vote=True),
     Heartbeat(**H, commit=4, context=99),
     HeartbeatResponse(**H, context=99),
