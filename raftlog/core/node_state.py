@@ -647,14 +647,25 @@ class RawNode:
                 self._become_follower(m.term, m.src if m.type in LEADER_TYPES else 0)
         elif m.term < self.term:
             if m.type in (MsgType.APPEND, MsgType.HEARTBEAT) and (
-                self.cfg.check_quorum or self.cfg.pre_vote
+                self.cfg.check_quorum or self.cfg.pre_vote or not self.promotable
             ):
-                # tell a stale leader about the newer term so it steps down
+                # tell a stale leader about the newer term so it steps down. Plain Raft
+                # may stay silent (this node's own campaign will raise the term), but a
+                # node that may not campaign (a replacement, a learner) never would: the
+                # leader would heartbeat it at the old term forever (sim seed 1818)
                 self._send(AppendEntriesResponse(src=self.id, dst=m.src, term=self.term, index=0))
-            elif m.type is MsgType.VOTE and m.pre_vote:  # type: ignore[attr-defined]
+            elif m.type is MsgType.VOTE:
+                # refused with the newer term (the Raft paper's rule; etcd answers only
+                # pre-votes): a candidate that hears no newer term from anyone else (its
+                # membership lists this node, this node's does not list it, the others
+                # may not vote) would campaign at stale terms forever (sim seed 2634)
                 self._send(
                     RequestVoteResponse(
-                        src=self.id, dst=m.src, term=self.term, granted=False, pre_vote=True
+                        src=self.id,
+                        dst=m.src,
+                        term=self.term,
+                        granted=False,
+                        pre_vote=m.pre_vote,  # type: ignore[attr-defined]
                     )
                 )
             return

@@ -139,3 +139,25 @@ def test_removed_or_unknown_node_never_campaigns(pre_vote):
     for _ in range(100):
         n.tick()
     assert n.role is Role.FOLLOWER and n.term == 0 and not n.ready().messages
+
+
+@pytest.mark.parametrize("pre_vote", [False, True])
+def test_a_stale_vote_request_is_refused_with_the_newer_term(pre_vote):
+    """The Raft paper's rule (etcd answers stale pre-votes only): a candidate that hears
+    no newer term from anyone else would otherwise campaign at stale terms forever.
+    Sim seed 2634: its membership listed the voter, the voter's listed it as a learner
+    (so no traffic of the voter reached it) and the third node could not vote."""
+    st = MemoryStorage()
+    st.set_hard_state(HardState(7, 0, 0))
+    voter = new_node(2, storage=st, hs=st.hard_state, pre_vote=pre_vote)
+    voter.step(RequestVote(src=3, dst=2, term=5, last_index=9, last_term=4, pre_vote=pre_vote))
+    (answer,) = voter.ready().messages
+    assert (answer.dst, answer.term, answer.granted) == (3, 7, False)
+    assert voter.term == 7 and voter.vote == 0
+    candidate = new_node(3)
+    candidate.campaign()
+    candidate.ready()
+    candidate.step(
+        RequestVoteResponse(src=2, dst=3, term=7, granted=False, pre_vote=answer.pre_vote)
+    )
+    assert candidate.term == 7 and candidate.role is Role.FOLLOWER

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from raftlog.core import Membership, ProposalDroppedError, Role
-from raftlog.core.messages import IDENTITY_LEGACY, IDENTITY_SEALED, RequestVote
+from raftlog.core.messages import IDENTITY_LEGACY, IDENTITY_SEALED, Heartbeat, RequestVote
 from raftlog.sim.harness import Cluster
 
 
@@ -251,3 +251,26 @@ def test_legacy_storage_votes_until_recorded_then_gets_recorded():
     assert m.incarnation_map() == {1: 1001, 2: 1002, 3: 1003}
     sent = [d for d in c.delivered if d.incarnation]
     assert sent and all(d.identity & IDENTITY_LEGACY for d in sent)
+
+
+def test_a_replacement_tells_a_stale_leader_about_its_newer_term():
+    """Plain Raft (no PreVote, no CheckQuorum) may leave a stale-term message unanswered,
+    since the node's own campaign raises the term; a replacement never campaigns, so the
+    leader would heartbeat it at the old term forever (sim seed 1818)."""
+    c = Cluster((1, 2, 3), seed=1, incarnations=True, pre_vote=False, check_quorum=False)
+    lead = _until_leader(c, (1, 2, 3))
+    c.tick_all(3)
+    f2 = next(i for i in (1, 2, 3) if i != lead)
+    f1 = next(i for i in (1, 2, 3) if i not in (lead, f2))
+    c.wipe(f2)
+    c.isolate(f1)  # (no quorum: the leader cannot admit the new storage meanwhile)
+    c.tick(lead, 1)  # the replacement learns the membership that records its old storage
+    rep = c.node(f2)
+    assert not rep.promotable
+    term = c.node(lead).term
+    rep.step(RequestVote(src=f1, dst=f2, term=term + 5, last_index=10**6, last_term=term + 5))
+    rep.ready()
+    assert rep.term == term + 5
+    rep.step(Heartbeat(src=lead, dst=f2, term=term, commit=0, context=0))
+    answers = rep.ready().messages
+    assert [(m.dst, m.type.name, m.term) for m in answers] == [(lead, "APPEND_RESP", term + 5)]
