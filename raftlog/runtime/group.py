@@ -48,7 +48,7 @@ from raftlog.runtime.log_adapter import QueueLogReader
 from raftlog.runtime.options import NodeOptions
 from raftlog.runtime.snapshots import SnapshotStore
 from raftlog.runtime.state_machine import ApplyResult, StateMachine
-from raftlog.storage import DiskQueue, LogRangeError, LogStore, StorageOptions
+from raftlog.storage import CorruptLogError, DiskQueue, LogRangeError, LogStore, StorageOptions
 from raftlog.storage.identity import GroupIdentity, resolve
 from raftlog.storage.repair import why_not_repairable
 
@@ -188,7 +188,11 @@ class RaftGroup(GroupClientMixin):
             store = await asyncio.to_thread(host._open_group_log, self.group_id, storage)
             snap_dir = os.path.join(host._group_dir(self.group_id), "snapshots")
         self.queue = DiskQueue(store, writer=host.writer)
-        self.snapshots = SnapshotStore(snap_dir)
+        self.snapshots = SnapshotStore(
+            snap_dir, tolerate_damage=opts.storage.on_corruption == "repair"
+        )
+        if self.snapshots.damaged:
+            await asyncio.to_thread(self._set_aside_damaged_snapshots, store)
         damage = ""
         if store.repair is not None:
             damage = "damaged storage repaired: " + store.repair.describe()
@@ -278,6 +282,36 @@ class RaftGroup(GroupClientMixin):
             self.applied,
             cfg.incarnation,
             self.identity.reason if self.identity else "off",
+        )
+
+    def _set_aside_damaged_snapshots(self, store: LogStore) -> None:
+        """Damaged snapshot files this group can do without are set aside: the state
+        is rebuilt from the newest intact snapshot and the log, which holds every
+        entry above the log's base (first index - 1). The base snapshot itself (what
+        the log was compacted to, and what followers are sent) cannot be rebuilt from
+        anything this node holds: then the node stops as before (CorruptLogError),
+        and the operator moves the directory aside so it rejoins as a replacement."""
+        base = store.first_index() - 1
+        if base > 0 and self.snapshots.meta_at(base) is None:
+            path, why = self.snapshots.damaged[0]
+            raise CorruptLogError(
+                path,
+                0,
+                f"{why}; the log was compacted to entry {base} and no intact snapshot "
+                "holds the state there, so nothing on this node can rebuild it",
+            )
+        whats = [f"{os.path.basename(p)} ({why})" for p, why in self.snapshots.damaged]
+        moved = self.snapshots.set_aside_damaged()
+        log.warning(
+            "raft.snapshot_damaged node=%d group=%d: %s set aside as %s; the state is "
+            "rebuilt from %s and the log (entries %d..%d), nothing is lost",
+            self.id,
+            self.group_id,
+            ", ".join(whats),
+            ", ".join(moved),
+            f"snapshot {self.snapshots.indexes()[-1]}" if self.snapshots.indexes() else "entry 1",
+            store.first_index(),
+            store.last_index(),
         )
 
     def _storage_options(self) -> StorageOptions:

@@ -37,9 +37,18 @@ _HEADER = struct.Struct("<8sQQIQI")
 _MAGIC = b"RSSNAP01"
 
 
+DAMAGED_SUFFIX = ".damaged"
+"""A damaged snapshot file set aside (kept for the operator, never read again)."""
+
+
 class SnapshotStore:
-    def __init__(self, directory: str) -> None:
+    """tolerate_damage: a file that fails its checks is listed in `damaged` (path,
+    reason) instead of raising CorruptLogError; the group decides whether it can do
+    without it (RaftGroup._set_aside_damaged_snapshots)."""
+
+    def __init__(self, directory: str, tolerate_damage: bool = False) -> None:
         self.directory = directory
+        self.damaged: list[tuple[str, str]] = []
         os.makedirs(directory, exist_ok=True)
         for name in os.listdir(directory):
             if name.endswith(".tmp"):
@@ -52,8 +61,29 @@ class SnapshotStore:
         # others may be sent to followers chunk by chunk (chunks are not checked again).
         for name in sorted(n for n in os.listdir(directory) if n.endswith(".snap")):
             path = os.path.join(directory, name)
-            meta, _ = self._read(path)
+            try:
+                meta, _ = self._read(path)
+            except CorruptLogError as exc:
+                if not tolerate_damage:
+                    raise
+                self.damaged.append((path, str(exc)))
+                continue
             self._snaps[meta.index] = (meta, path)
+
+    def set_aside_damaged(self) -> list[str]:
+        """Rename every damaged file to <name>.damaged, durably; returns the new paths."""
+        moved = []
+        for path, _why in self.damaged:
+            os.replace(path, path + DAMAGED_SUFFIX)
+            moved.append(path + DAMAGED_SUFFIX)
+        if moved:
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.damaged = []
+        return moved
 
     def latest_meta(self) -> SnapshotMeta:
         latest = self._latest()
