@@ -131,7 +131,7 @@ class PartitionData:
     def has(self, key: PartKey) -> bool:
         return key in self.parts
 
-    def keys(self) -> Iterator[PartKey]:
+    def hosted(self) -> Iterator[PartKey]:
         return iter(self.parts)
 
     # ------------------------------------------------------------- apply
