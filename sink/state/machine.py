@@ -402,40 +402,51 @@ class SinkStateMachine(StateMachine):
         name = self._names.get(topic_id.hex)
         return None if name is None else self._topics[name]
 
-    def _key(self, topic: str, partition: int) -> PartKey:
-        key = self.key_of(topic, partition)
-        if key is None or not self.data.has(key):
-            raise KeyError(f"unknown topic-partition {topic}-{partition}")
-        return key
+    # The reads below pass the key straight on ("" is no topic id, so an unknown name
+    # is an unknown key) and re-raise PartitionData's KeyError with the name: one dict
+    # lookup more than before the split on the Fetch / ListOffsets path, no more.
 
     def has_partition(self, topic: str, partition: int) -> bool:
-        key = self.key_of(topic, partition)
-        return key is not None and self.data.has(key)
+        return (self._tids.get(topic, ""), partition) in self.data.parts
 
     def high_watermark(self, topic: str, partition: int) -> int:
         """Next offset of applied data (KeyError for an unknown partition)."""
-        return self.data.high_watermark(self._key(topic, partition))
+        try:
+            return self.data.high_watermark((self._tids.get(topic, ""), partition))
+        except KeyError:
+            raise _unknown(topic, partition) from None
 
     def log_start_offset(self, topic: str, partition: int) -> int:
-        return self.data.log_start_offset(self._key(topic, partition))
+        try:
+            return self.data.log_start_offset((self._tids.get(topic, ""), partition))
+        except KeyError:
+            raise _unknown(topic, partition) from None
 
     def offset_for_timestamp(
         self, topic: str, partition: int, timestamp: int
     ) -> time_lookup.TimeMatch | None:
         """ListOffsets by time (PartitionData.offset_for_timestamp; KeyError on an
         unknown partition; OffsetOutOfRange if compacted under the lookup)."""
-        key = self._key(topic, partition)
+        key = (self._tids.get(topic, ""), partition)
+        if key not in self.data.parts:
+            raise _unknown(topic, partition)
         return self.data.offset_for_timestamp(key, timestamp, f"{topic}-{partition}")
 
     def partition_size(self, topic: str, partition: int) -> int:
         """Stored batch bytes of the partition's retained batches (DescribeLogDirs)."""
-        return self.data.partition_size(self._key(topic, partition))
+        try:
+            return self.data.partition_size((self._tids.get(topic, ""), partition))
+        except KeyError:
+            raise _unknown(topic, partition) from None
 
     def read_parts(
         self, topic: str, partition: int, offset: int, max_bytes: int
     ) -> list[tuple[int, bytes, memoryview]]:
         """Whole batches from the one containing offset (PartitionData.read_parts)."""
-        return self.data.read_parts(self._key(topic, partition), offset, max_bytes)
+        key = (self._tids.get(topic, ""), partition)
+        if key not in self.data.parts:
+            raise _unknown(topic, partition)
+        return self.data.read_parts(key, offset, max_bytes)
 
     def read(
         self, topic: str, partition: int, offset: int, max_bytes: int
@@ -487,3 +498,7 @@ class SinkStateMachine(StateMachine):
         self.members = MemberTable.from_json(state.get("members", []))
         self.users = UserTable.from_json(state.get("users", {}))
         self.acls = AclTable.from_json(state.get("acls", []))
+
+
+def _unknown(topic: str, partition: int) -> KeyError:
+    return KeyError(f"unknown topic-partition {topic}-{partition}")
