@@ -19,6 +19,9 @@ Every command starts with a one-byte tag. Encoding is explicit struct packing
     EXPIRE_PRODUCERS b"X"   topic admin and producer expiry (sink/state/admin_commands.py)
     ALTER_USERS b"S" | SASL users' SCRAM credentials (sink/state/users.py)
     ALTER_ACLS b"L" | ACL bindings created and deleted (sink/state/acls.py)
+    p r c v d k  the data-group commands, by topic id (sink/state/data_commands.py);
+                SinkStateMachine applies PRODUCE_TO, DELETE_RECORDS_AT and
+                PIPELINE_COMMIT too
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from __future__ import annotations
 import struct
 import uuid
 from typing import NamedTuple
+
+from sink.state.data_commands import PRODUCE_TO, PRODUCE_TO_HEADER
 
 PRODUCE = 0x50  # "P"
 CREATE_TOPIC = 0x54  # "T"
@@ -89,7 +94,10 @@ def decode_produce(data: bytes) -> ProduceCmd:
 
 
 def produce_batch_offset(data: bytes) -> int:
-    """Offset of the RecordBatch inside a PRODUCE entry (no full decode)."""
+    """Offset of the RecordBatch inside a PRODUCE (by name) or PRODUCE_TO (by topic id,
+    sink/state/data_commands.py) entry, without a full decode."""
+    if data[0] == PRODUCE_TO:
+        return PRODUCE_TO_HEADER
     return 3 + _H.unpack_from(data, 1)[0] + _PRODUCE_TAIL.size
 
 

@@ -1,14 +1,23 @@
-"""SinkStateMachine: the replicated state of the Kafka staging log.
+"""SinkStateMachine: the replicated state of the Kafka staging log, in one Raft group.
 
-Applied state (identical on every node, a pure function of the log):
-topics (name -> partitions, topic_id), one PartitionLog offset index per
-partition, the idempotent-producer table and the next producer id. Batch bytes
-are NOT kept in memory: they stay in the Raft log and are read back through
-attach_log()'s reader by log index.
+It is the controller's state plus one PartitionData (sink/state/partition_data.py)
+holding the data-group state of every partition, and it delegates to it; the next step
+runs a DataGroupMachine (data_group.py) per partition group instead.
 
-Only applied (hence committed) batches are in the index, so everything served
-from here is committed data, and high_watermark() (= next offset of applied
-data) never decreases on a node.
+Controller state (here): topics (name -> partitions, topic id) and their configs, the
+next producer id, client quotas, consumer groups and their committed offsets, member
+addresses, SASL users, ACLs. Data state (self.data, keyed by topic id + partition):
+offset indexes, idempotent producers, leader epochs, retention rows, pipelines'
+committed offsets. docs/state-machine.md has the table.
+
+Applied state is identical on every node, a pure function of the log. Commands that
+name a topic by name are resolved through the topic table *at apply time*; the
+id-based data commands (data_commands.py) apply only while the topic still has that
+id. Only applied (hence committed) batches are indexed, so everything served from here
+is committed data, and high_watermark() never decreases on a node.
+
+Snapshot format 2: the controller's keys and PartitionData's keys (rows by topic id)
+side by side; format 1 (rows by topic name, before the split) still loads.
 """
 
 from __future__ import annotations
@@ -24,32 +33,42 @@ from typing import Any, NamedTuple
 
 from raftlog.entry import LogEntry
 from raftlog.runtime import StateMachine
-from raftlog.storage.errors import LogRangeError
 from sink.groups import records as group_records
 from sink.kafka.protocol.errors import ErrorCode, OffsetOutOfRange
-from sink.kafka.protocol.record_times import batch_max_timestamp
-from sink.kafka.protocol.records import patched_prefix, record_count
 from sink.quotas import QuotaTable
 from sink.state import admin_commands as acmd
 from sink.state import commands as cmd
+from sink.state import data_commands as dcmd
 from sink.state import offset_command, quota_command, time_lookup, topic_admin
 from sink.state.acls import ALTER_ACLS, AclTable
-from sink.state.epochs import EpochTable
 from sink.state.group_offsets import GroupOffsetTable
 from sink.state.groups import GroupStore
 from sink.state.members import MEMBER_ADDRESSES, MemberTable
-from sink.state.partitions import PartitionLog
-from sink.state.producers import SEQ_MODULUS, ProducerTable
+from sink.state.named_views import EpochsByName, ProducersByName
+from sink.state.partition_data import (
+    UNKNOWN_PARTITION,
+    PartitionData,
+    PartKey,
+    ProduceResult,
+    ReadEntries,
+)
 from sink.state.users import ALTER_USERS, UserTable
-from sink.topics import retention as topic_retention
 from sink.topics import state as topic_state
-from sink.topics.configs import TopicConfigError, validate_all
+from sink.topics.configs import TopicConfigError, TopicPolicy, validate_all
 
 log = logging.getLogger("sink.state")
 
 
 FIRST_PRODUCER_ID = 1000
-_SNAPSHOT_VERSION = 1
+_SNAPSHOT_VERSION = 2  # 1: data rows keyed by topic name (still loads)
+
+__all__ = [
+    "CreateTopicResult",
+    "OffsetOutOfRange",
+    "ProduceResult",
+    "SinkStateMachine",
+    "TopicInfo",
+]
 
 
 class TopicInfo(NamedTuple):
@@ -58,21 +77,9 @@ class TopicInfo(NamedTuple):
     topic_id: uuid.UUID
 
 
-class ProduceResult(NamedTuple):
-    """Outcome of one PRODUCE entry: error code, base offset (-1 on error), log start."""
-
-    error: ErrorCode
-    base_offset: int
-    log_start_offset: int
-    duplicate: bool = False
-
-
 class CreateTopicResult(NamedTuple):
     error: ErrorCode
     topic: TopicInfo | None
-
-
-ReadEntries = Callable[[int, int, int], list[LogEntry]]
 
 
 class SinkStateMachine(StateMachine):
@@ -88,28 +95,21 @@ class SinkStateMachine(StateMachine):
         self.default_partitions = default_partitions
         self.auto_create_topics = auto_create_topics
         self._topics: dict[str, TopicInfo] = {}
-        self._parts: dict[tuple[str, int], PartitionLog] = {}
-        self.producers = ProducerTable()
+        # name -> topic id hex and back, for exactly the topics in _topics.
+        self._tids: dict[str, str] = {}
+        self._names: dict[str, str] = {}
+        # The data-group part: every partition's data (today's single group).
+        self.data = PartitionData()
         self.next_producer_id = FIRST_PRODUCER_ID
         self.applied_index = 0
         self.leader_term = 0  # term of on_leader_start while leading, else 0
-        self._read_entries: ReadEntries | None = None
-        self._first_index: Callable[[], int] | None = None
-        self._data_event: asyncio.Event | None = None
-        # Consuming pipelines (Spark queries): pipeline -> (topic, partition) ->
-        # next offset to read. Retention never compacts past what a registered
-        # pipeline still needs (see retention_floor_index).
-        self.pipelines: dict[str, dict[tuple[str, int], int]] = {}
         self.on_leader_change: list[Callable[[], None]] = []
         # Client quota configuration (ALTER_QUOTAS entries); rates are per node, not here.
         self.quotas = QuotaTable()
-        # Committed consumer-group offsets (sink/state/group_offsets.py) and each
-        # partition's (term, first offset) rows for OffsetForLeaderEpoch (epochs.py).
+        # Committed consumer-group offsets (sink/state/group_offsets.py), by topic name.
         self.group_offsets = GroupOffsetTable()
-        self.epochs = EpochTable()
-        # Topic configs (K / U entries) and what retention needs per batch (sink.topics).
+        # Topic configs (K / U entries); the broker defaults are the node's (wiring).
         self.topic_configs = topic_state.TopicConfigTable()
-        self.retention = topic_retention.RetentionIndex()
         # Consumer groups' completed generations (sink.state.groups); the coordinator
         # loads them when this node becomes leader.
         self.groups = GroupStore()
@@ -119,28 +119,38 @@ class SinkStateMachine(StateMachine):
         self.users = UserTable()
         # ACL bindings (ALTER_ACLS entries; sink.state.acls).
         self.acls = AclTable()
+        # Name-keyed read views of the data part's tables (sink/state/named_views.py).
+        self.producers = ProducersByName(
+            lambda: self.data, lambda n: self._tids.get(n), lambda t: self._names.get(t)
+        )
+        self.epochs = EpochsByName(lambda: self.data, lambda n: self._tids.get(n))
 
     # ------------------------------------------------------------ wiring
 
     def attach_log(
         self, read_entries: ReadEntries, first_index: Callable[[], int] | None = None
     ) -> None:
-        """read_entries(start, max_count, max_bytes) -> entries (node.queue.read).
-        first_index() (node.queue.first_index), if given, lets the read side
-        notice log compaction up front instead of on a failed read."""
-        self._read_entries = read_entries
-        self._first_index = first_index
+        """read_entries(start, max_count, max_bytes) -> entries (node.read_committed).
+        first_index() (node.first_index), if given, lets the read side notice log
+        compaction up front instead of on a failed read."""
+        self.data.attach_log(read_entries, first_index)
 
     def data_event(self) -> asyncio.Event:
         """An event set the next time new records are applied (Fetch long-poll)."""
-        if self._data_event is None:
-            self._data_event = asyncio.Event()
-        return self._data_event
+        return self.data.data_event()
 
-    def _notify_data(self) -> None:
-        ev, self._data_event = self._data_event, None
-        if ev is not None:
-            ev.set()
+    def key_of(self, topic: str, partition: int) -> PartKey | None:
+        """The data part's key of a topic-partition by name (None: no such topic)."""
+        tid = self._tids.get(topic)
+        return None if tid is None else (tid, partition)
+
+    @property
+    def pipelines(self) -> dict[str, dict[tuple[str, int], int]]:
+        """A copy: pipeline -> (topic name, partition) -> next offset it will read."""
+        return {
+            name: {(self._names[t], p): o for (t, p), o in offs.items() if t in self._names}
+            for name, offs in self.data.pipelines.items()
+        }
 
     # ------------------------------------------------------------- apply
 
@@ -150,8 +160,8 @@ class SinkStateMachine(StateMachine):
         for e in entries:
             data = e.data
             tag = data[0] if data else -1
-            if tag == cmd.PRODUCE:
-                r = self._apply_produce(e)
+            if tag == cmd.PRODUCE or tag == dcmd.PRODUCE_TO:
+                r = self._apply_produce(e, tag)
                 new_data = new_data or (r.error == ErrorCode.none and not r.duplicate)
                 results.append(r)
             elif tag == cmd.CREATE_TOPIC:
@@ -161,6 +171,8 @@ class SinkStateMachine(StateMachine):
                 self.next_producer_id += 1
             elif tag == cmd.COMMIT_OFFSETS:
                 results.append(self._apply_commit(cmd.decode_commit_offsets(data)))
+            elif tag in (dcmd.DELETE_RECORDS_AT, dcmd.PIPELINE_COMMIT):
+                results.append(self._apply_by_id(tag, e))
             elif tag == quota_command.ALTER_QUOTAS:
                 results.append(self._apply_quotas(e))
             elif tag == offset_command.COMMIT_GROUP_OFFSETS:
@@ -188,47 +200,44 @@ class SinkStateMachine(StateMachine):
                 results.append(None)
             self.applied_index = e.index
         if new_data:
-            self._notify_data()
+            self.data.notify_data()
         return results
 
-    def _apply_produce(self, e: LogEntry) -> ProduceResult:
-        c = cmd.decode_produce(e.data)
-        part = self._parts.get((c.topic, c.partition))
-        if part is None:
-            return ProduceResult(ErrorCode.unknown_topic_or_partition, -1, -1)
-        batch = memoryview(e.data)[c.batch_offset :]
-        count = record_count(batch)
-        stamp = (batch_max_timestamp(batch), len(batch))  # the time index's row
-        if c.producer_id >= 0:
-            last_seq = (c.base_sequence + count - 1) % SEQ_MODULUS
-            verdict = self.producers.check(
-                c.producer_id, c.topic, c.partition, c.producer_epoch, c.base_sequence, last_seq
-            )
-            if verdict.duplicate:
-                return ProduceResult(
-                    ErrorCode.none, verdict.base_offset, part.log_start_offset, True
-                )
-            if verdict.error != ErrorCode.none:
-                return ProduceResult(verdict.error, -1, part.log_start_offset)
-            base = part.append(e.index, count, *stamp)
-            self.epochs.note(c.topic, c.partition, e.term, base)
-            self.producers.record(
-                c.producer_id,
-                c.topic,
-                c.partition,
-                c.producer_epoch,
-                c.base_sequence,
-                last_seq,
-                base,
-                e.index,
-            )
+    def _apply_produce(self, e: LogEntry, tag: int) -> ProduceResult:
+        """A produce by name (P: the topic the name denotes when it applies) or by id
+        (p: only while the topic still has that id)."""
+        if tag == cmd.PRODUCE:
+            c = cmd.decode_produce(e.data)
+            key = self.key_of(c.topic, c.partition)
+            at = c.batch_offset
         else:
-            base = part.append(e.index, count, *stamp)
-            self.epochs.note(c.topic, c.partition, e.term, base)
-        self.retention.on_append(
-            c.topic, c.partition, e.index, memoryview(e.data)[c.batch_offset :]
-        )
-        return ProduceResult(ErrorCode.none, base, part.log_start_offset)
+            try:
+                c = dcmd.decode_produce_to(e.data)
+            except ValueError as exc:
+                log.error("sink.apply unreadable produce entry index=%d: %r", e.index, exc)
+                return UNKNOWN_PARTITION
+            tid = c.topic_id.hex
+            key = (tid, c.partition) if tid in self._names else None
+            at = dcmd.PRODUCE_TO_HEADER
+        if key is None:
+            return UNKNOWN_PARTITION
+        return self.data.apply_produce(key, e, c.producer_id, c.producer_epoch, c.base_sequence, at)
+
+    def _apply_by_id(self, tag: int, e: LogEntry) -> Any:
+        """DELETE_RECORDS_AT / PIPELINE_COMMIT: rows of topics that no longer have that
+        id are refused (DeleteRecords) or ignored (a pipeline's commit)."""
+        try:
+            if tag == dcmd.DELETE_RECORDS_AT:
+                c = dcmd.decode_delete_records_at(e.data)
+                tid = c.topic_id.hex
+                key = (tid, c.partition) if tid in self._names else ("", c.partition)
+                return self.data.apply_delete_records(key, c.offset)
+            p = dcmd.decode_pipeline_commit(e.data)
+            keys = [((t.hex, part), o) for t, part, o in p.offsets if t.hex in self._names]
+            return self.data.apply_pipeline_commit(p.pipeline, keys)
+        except (ValueError, struct.error, UnicodeDecodeError) as exc:
+            log.error("sink.apply unreadable data entry index=%d: %r", e.index, exc)
+            return None
 
     def _apply_delete_groups(self, data: bytes, index: int) -> int:
         """DeleteGroups forgets the groups' generations and, as Kafka, their committed
@@ -243,13 +252,14 @@ class SinkStateMachine(StateMachine):
         return n
 
     def _apply_commit(self, c: cmd.CommitOffsetsCmd) -> int:
-        """Record a pipeline's consumed offsets (they only move forward); returns
-        how many partitions it now covers."""
-        mine = self.pipelines.setdefault(c.pipeline, {})
+        """Record a pipeline's consumed offsets by name (they only move forward);
+        returns how many partitions it now covers."""
+        keys = []
         for topic, partition, offset in c.offsets:
-            if (topic, partition) in self._parts and offset >= mine.get((topic, partition), 0):
-                mine[(topic, partition)] = offset
-        return len(mine)
+            key = self.key_of(topic, partition)
+            if key is not None:
+                keys.append((key, offset))
+        return self.data.apply_pipeline_commit(c.pipeline, keys)
 
     def _apply_quotas(self, e: LogEntry) -> ErrorCode:
         """Client quota changes: all of the entry's alterations, or none if unreadable."""
@@ -294,30 +304,12 @@ class SinkStateMachine(StateMachine):
                 return topic_admin.apply_create_partitions(self, c)
             if tag == acmd.DELETE_RECORDS:
                 c = acmd.decode_delete_records(e.data)
-                return topic_admin.apply_delete_records(self, c)
-            return self.producers.expire(acmd.decode_expire_producers(e.data))
+                key = self.key_of(c.topic, c.partition) or ("", c.partition)
+                return self.data.apply_delete_records(key, c.offset)
+            return self.data.expire_producers(acmd.decode_expire_producers(e.data))
         except (ValueError, struct.error, UnicodeDecodeError) as exc:
             log.error("sink.apply unreadable admin entry index=%d: %r", e.index, exc)
             return None
-
-    def retention_floor_index(self) -> int | None:
-        """Highest Raft log index that can be compacted without removing a record
-        some registered pipeline has not committed; None: no pipeline constrains.
-
-        A pipeline holds, in each partition it committed, the batch containing
-        its next offset and everything after it."""
-        floor: int | None = None
-        for offsets in self.pipelines.values():
-            for (topic, partition), offset in offsets.items():
-                part = self._parts.get((topic, partition))
-                if part is None or offset >= part.next_offset:
-                    continue  # fully consumed: holds nothing back
-                pos = part.position(max(offset, part.log_start_offset))
-                keep_from = part.log_index[pos] if pos < len(part.log_index) else None
-                if keep_from is not None:
-                    limit = keep_from - 1
-                    floor = limit if floor is None else min(floor, limit)
-        return floor
 
     def _apply_create(self, c: cmd.CreateTopicCmd) -> CreateTopicResult:
         existing = self._topics.get(c.name)
@@ -325,11 +317,26 @@ class SinkStateMachine(StateMachine):
             return CreateTopicResult(ErrorCode.topic_already_exists, existing)
         if c.partitions < 1:
             return CreateTopicResult(ErrorCode.invalid_partitions, None)
+        tid = c.topic_id.hex
+        if tid in self._names:  # ids name one topic for ever (uuid4: never in practice)
+            return CreateTopicResult(ErrorCode.topic_already_exists, None)
         info = TopicInfo(c.name, c.partitions, c.topic_id)
-        self._topics[c.name] = info
+        self._add_topic(info)
         for p in range(c.partitions):
-            self._parts[(c.name, p)] = PartitionLog()
+            self.data.add_partition((tid, p))
         return CreateTopicResult(ErrorCode.none, info)
+
+    def _add_topic(self, info: TopicInfo) -> None:
+        """The topic table and its two name <-> id maps change together."""
+        self._topics[info.name] = info
+        self._tids[info.name] = info.topic_id.hex
+        self._names[info.topic_id.hex] = info.name
+
+    def _remove_topic(self, name: str) -> TopicInfo:
+        info = self._topics.pop(name)
+        del self._tids[name]
+        del self._names[info.topic_id.hex]
+        return info
 
     def _apply_alter_configs(self, e: LogEntry) -> tuple[ErrorCode, str | None]:
         """A topic's configs changed (sink.topics.state) -> (error, message)."""
@@ -357,12 +364,19 @@ class SinkStateMachine(StateMachine):
         return res
 
     def apply_retention(self, now_ms: int) -> tuple[int | None, int]:
-        """Retention by time and size (sink.topics.retention): moves log starts on this
-        node -> (highest compactable log index or None: no partition retains data,
-        batches removed)."""
-        return topic_retention.apply_retention(
-            self.retention, self._parts, self.pipelines, self.topic_configs.policy, now_ms
-        )
+        """Retention by time and size (sink.topics.retention) with the topics' configs:
+        moves log starts on this node -> (highest compactable log index or None: no
+        partition retains data, batches removed)."""
+        return self.data.apply_retention(now_ms, self._policy_by_id)
+
+    def _policy_by_id(self, tid: str) -> TopicPolicy:
+        name = self._names.get(tid)
+        return self.topic_configs.policy(name if name is not None else "")
+
+    def retention_floor_index(self) -> int | None:
+        """Highest Raft log index that can be compacted without removing a record
+        some registered pipeline has not committed; None: no pipeline constrains."""
+        return self.data.retention_floor_index()
 
     # ---------------------------------------------------------- leadership
 
@@ -385,113 +399,54 @@ class SinkStateMachine(StateMachine):
         return self._topics.get(name)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        for t in self._topics.values():
-            if t.topic_id == topic_id:
-                return t
-        return None
+        name = self._names.get(topic_id.hex)
+        return None if name is None else self._topics[name]
 
-    def _part(self, topic: str, partition: int) -> PartitionLog:
-        part = self._parts.get((topic, partition))
-        if part is None:
-            raise KeyError(f"unknown topic-partition {topic}-{partition}")
-        return part
+    # The reads below pass the key straight on ("" is no topic id, so an unknown name
+    # is an unknown key) and re-raise PartitionData's KeyError with the name: one dict
+    # lookup more than before the split on the Fetch / ListOffsets path, no more.
 
     def has_partition(self, topic: str, partition: int) -> bool:
-        return (topic, partition) in self._parts
+        return (self._tids.get(topic, ""), partition) in self.data.parts
 
     def high_watermark(self, topic: str, partition: int) -> int:
         """Next offset of applied data (KeyError for an unknown partition)."""
-        return self._part(topic, partition).next_offset
+        try:
+            return self.data.high_watermark((self._tids.get(topic, ""), partition))
+        except KeyError:
+            raise _unknown(topic, partition) from None
 
     def log_start_offset(self, topic: str, partition: int) -> int:
-        part = self._part(topic, partition)
-        if self._first_index is not None:
-            part.trim_below(self._first_index())
-        return part.log_start_offset
+        try:
+            return self.data.log_start_offset((self._tids.get(topic, ""), partition))
+        except KeyError:
+            raise _unknown(topic, partition) from None
 
     def offset_for_timestamp(
         self, topic: str, partition: int, timestamp: int
     ) -> time_lookup.TimeMatch | None:
-        """ListOffsets by time: the first retained record with a timestamp >= timestamp,
-        or, for -3 (MAX_TIMESTAMP), the record with the largest timestamp; None: no such
-        record (KafkaError on an unknown partition; OffsetOutOfRange if compacted under
-        the lookup twice)."""
-        part = self._part(topic, partition)
-        for _ in range(3):
-            if self._first_index is not None:
-                part.trim_below(self._first_index())
-            try:
-                if timestamp == -3:
-                    return time_lookup.offset_of_max_time(part, self._read_entry)
-                return time_lookup.offset_for_time(part, timestamp, self._read_entry)
-            except LogRangeError:  # compacted under the lookup: trim, then look again
-                continue
-        raise OffsetOutOfRange(f"{topic}-{partition} compacted during a timestamp lookup")
-
-    def _read_entry(self, index: int) -> LogEntry:
-        if self._read_entries is None:
-            raise RuntimeError("SinkStateMachine.attach_log() was not called")
-        entries = self._read_entries(index, 1, 1)
-        if not entries or entries[0].index != index:
-            raise LogRangeError(index)
-        return entries[0]
+        """ListOffsets by time (PartitionData.offset_for_timestamp; KeyError on an
+        unknown partition; OffsetOutOfRange if compacted under the lookup)."""
+        key = (self._tids.get(topic, ""), partition)
+        if key not in self.data.parts:
+            raise _unknown(topic, partition)
+        return self.data.offset_for_timestamp(key, timestamp, f"{topic}-{partition}")
 
     def partition_size(self, topic: str, partition: int) -> int:
         """Stored batch bytes of the partition's retained batches (DescribeLogDirs)."""
-        part = self._part(topic, partition)
-        if self._first_index is not None:
-            part.trim_below(self._first_index())
-        return part.retained_bytes()
+        try:
+            return self.data.partition_size((self._tids.get(topic, ""), partition))
+        except KeyError:
+            raise _unknown(topic, partition) from None
 
     def read_parts(
         self, topic: str, partition: int, offset: int, max_bytes: int
     ) -> list[tuple[int, bytes, memoryview]]:
-        """Whole batches from the one containing offset: (base offset, patched
-        16-byte prefix, rest of the batch). At least one batch when offset <
-        high watermark, then more while the total stays below max_bytes.
-        OffsetOutOfRange if offset < log start or > high watermark."""
-        part = self._part(topic, partition)
-        if self._first_index is not None:
-            part.trim_below(self._first_index())
-        if offset < part.log_start_offset or offset > part.next_offset:
-            raise OffsetOutOfRange(
-                f"offset {offset} outside [{part.log_start_offset}, {part.next_offset}]"
-            )
-        if offset == part.next_offset:
-            return []
-        if self._read_entries is None:
-            raise RuntimeError("SinkStateMachine.attach_log() was not called")
-        bases, idx = part.bases, part.log_index
-        n = len(bases)
-        pos = part.position(offset)
-        out: list[tuple[int, bytes, memoryview]] = []
-        total = 0
-        while pos < n and (not out or total < max_bytes):
-            lo = idx[pos]
-            span = idx[min(n, pos + 256) - 1] - lo + 1
-            try:
-                entries = self._read_entries(lo, span, max(max_bytes - total, 1))
-            except LogRangeError:
-                # Compacted under us (retention): the partition starts later now.
-                part.trim_below(lo + 1)
-                if out:
-                    break
-                raise OffsetOutOfRange(f"offset {offset} was compacted away") from None
-            progressed = False
-            for e in entries:
-                if pos >= n or (out and total >= max_bytes):
-                    break
-                if e.index != idx[pos]:
-                    continue
-                data = e.data
-                mv = memoryview(data)[cmd.produce_batch_offset(data) :]
-                out.append((bases[pos], patched_prefix(mv, bases[pos], e.term), mv[16:]))
-                total += len(mv)
-                pos += 1
-                progressed = True
-            if not progressed:
-                break
-        return out
+        """Whole batches from the one containing offset (PartitionData.read_parts)."""
+        key = (self._tids.get(topic, ""), partition)
+        if key not in self.data.parts:
+            raise _unknown(topic, partition)
+        return self.data.read_parts(key, offset, max_bytes)
 
     def read(
         self, topic: str, partition: int, offset: int, max_bytes: int
@@ -511,17 +466,10 @@ class SinkStateMachine(StateMachine):
             "applied": self.applied_index,
             "next_pid": self.next_producer_id,
             "topics": [[t.name, t.partitions, str(t.topic_id)] for t in self._topics.values()],
-            "parts": [[t, p, part.to_json()] for (t, p), part in self._parts.items()],
-            "producers": self.producers.to_json(),
-            "pipelines": {
-                name: [[t, p, o] for (t, p), o in offs.items()]
-                for name, offs in self.pipelines.items()
-            },
+            **self.data.to_json(),
             "quotas": self.quotas.to_json(),
             "group_offsets": self.group_offsets.to_json(),
-            "epochs": self.epochs.to_json(),
             "topic_configs": self.topic_configs.to_json(),
-            "retention": self.retention.to_json(),
             "groups": self.groups.to_json(),
             "members": self.members.to_json(),
             "users": self.users.to_json(),
@@ -531,26 +479,26 @@ class SinkStateMachine(StateMachine):
 
     def on_snapshot_load(self, data: bytes) -> None:
         state = json.loads(zlib.decompress(data))
-        if state.get("v") != _SNAPSHOT_VERSION:
-            raise ValueError(f"unsupported sink snapshot version {state.get('v')!r}")
+        version = state.get("v")
+        if version not in (1, _SNAPSHOT_VERSION):
+            raise ValueError(f"unsupported sink snapshot version {version!r}")
         self.applied_index = state["applied"]
         self.next_producer_id = state["next_pid"]
-        self._topics = {
-            name: TopicInfo(name, n, uuid.UUID(tid)) for name, n, tid in state["topics"]
-        }
-        self._parts = {(t, p): PartitionLog.from_json(d) for t, p, d in state["parts"]}
-        self.producers = ProducerTable.from_json(state["producers"])
-        self.pipelines = {
-            name: {(t, p): o for t, p, o in offs}
-            for name, offs in state.get("pipelines", {}).items()
-        }
+        self._topics.clear()
+        self._tids.clear()
+        self._names.clear()
+        for name, n, tid in state["topics"]:
+            self._add_topic(TopicInfo(name, n, uuid.UUID(tid)))
+        # Format 1 keyed the data rows by topic name: rekey them by the topic's id.
+        self.data.load_json(state, self._tids.get if version == 1 else None)
         self.quotas = QuotaTable.from_json(state.get("quotas", []))
         self.group_offsets = GroupOffsetTable.from_json(state.get("group_offsets", {}))
-        self.epochs = EpochTable.from_json(state.get("epochs", []))
         self.topic_configs.load_json(state.get("topic_configs", {}))
-        self.retention.load_json(state.get("retention", []))
         self.groups = GroupStore.from_json(state.get("groups", []))
         self.members = MemberTable.from_json(state.get("members", []))
         self.users = UserTable.from_json(state.get("users", {}))
         self.acls = AclTable.from_json(state.get("acls", []))
-        self._notify_data()
+
+
+def _unknown(topic: str, partition: int) -> KeyError:
+    return KeyError(f"unknown topic-partition {topic}-{partition}")

@@ -12,7 +12,8 @@ from a snapshot) reaches the same result:
 - create partitions: only more (INVALID_PARTITIONS otherwise); the topic id stays.
 - delete records: the partition's log start moves to the offset (-1: the high
   watermark); beyond the high watermark -> OFFSET_OUT_OF_RANGE; answers the low
-  watermark (never moves back: a smaller offset answers the current start).
+  watermark (never moves back: a smaller offset answers the current start). That one
+  is the data part's own command: PartitionData.apply_delete_records.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sink.kafka.protocol.errors import ErrorCode
 from sink.state import admin_commands as acmd
-from sink.state.partitions import PartitionLog
+from sink.state.partition_data import DeleteRecordsResult
 
 if TYPE_CHECKING:
     from sink.state.machine import SinkStateMachine, TopicInfo
+
+__all__ = ["CreatePartitionsResult", "DeleteRecordsResult"]
 
 
 class CreatePartitionsResult(NamedTuple):
@@ -32,27 +35,18 @@ class CreatePartitionsResult(NamedTuple):
     topic: TopicInfo | None
 
 
-class DeleteRecordsResult(NamedTuple):
-    error: ErrorCode
-    low_watermark: int
-
-
 def apply_delete_topic(fsm: SinkStateMachine, c: acmd.DeleteTopicCmd) -> ErrorCode:
-    info = fsm._topics.get(c.name)
+    info = fsm.topic(c.name)
     if info is None or info.topic_id != c.topic_id:
         return ErrorCode.unknown_topic_or_partition
-    del fsm._topics[c.name]
+    tid = c.topic_id.hex
+    # The data part first (it is keyed by the id), then the controller's tables.
     for p in range(info.partitions):
-        fsm._parts.pop((c.name, p), None)
-        fsm.producers.drop_partition(c.name, p)
-        fsm.epochs.drop(c.name, p)
-    for offsets in fsm.pipelines.values():
-        for key in [k for k in offsets if k[0] == c.name]:
-            del offsets[key]
+        fsm.data.drop_partition((tid, p))
+    fsm._remove_topic(c.name)
     # Nothing of the topic survives it: a topic re-created under the name starts with
     # the defaults, no retention rows hold back compaction, no group keeps its offsets.
     fsm.topic_configs.drop(c.name)
-    fsm.retention.drop_topic(c.name)
     fsm.group_offsets.drop_topic(c.name)
     return ErrorCode.none
 
@@ -60,23 +54,13 @@ def apply_delete_topic(fsm: SinkStateMachine, c: acmd.DeleteTopicCmd) -> ErrorCo
 def apply_create_partitions(
     fsm: SinkStateMachine, c: acmd.CreatePartitionsCmd
 ) -> CreatePartitionsResult:
-    info = fsm._topics.get(c.name)
+    info = fsm.topic(c.name)
     if info is None:
         return CreatePartitionsResult(ErrorCode.unknown_topic_or_partition, None)
     if c.count <= info.partitions:
         return CreatePartitionsResult(ErrorCode.invalid_partitions, info)
     for p in range(info.partitions, c.count):
-        fsm._parts[(c.name, p)] = PartitionLog()
+        fsm.data.add_partition((info.topic_id.hex, p))
     new = info._replace(partitions=c.count)
-    fsm._topics[c.name] = new
+    fsm._add_topic(new)
     return CreatePartitionsResult(ErrorCode.none, new)
-
-
-def apply_delete_records(fsm: SinkStateMachine, c: acmd.DeleteRecordsCmd) -> DeleteRecordsResult:
-    part = fsm._parts.get((c.topic, c.partition))
-    if part is None:
-        return DeleteRecordsResult(ErrorCode.unknown_topic_or_partition, -1)
-    offset = part.next_offset if c.offset == -1 else c.offset
-    if offset < 0 or offset > part.next_offset:
-        return DeleteRecordsResult(ErrorCode.offset_out_of_range, part.log_start_offset)
-    return DeleteRecordsResult(ErrorCode.none, part.advance_start(offset))

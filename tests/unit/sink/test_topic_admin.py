@@ -57,7 +57,8 @@ def test_delete_topic_with_a_stale_id_does_not_remove_a_recreated_topic():
 
 def test_deleted_topic_no_longer_holds_back_retention():
     node = node_with_topic(records=3)
-    node.fsm.pipelines["spark"] = {("t", 0): 0}
+    assert node.apply(commands.encode_commit_offsets("spark", [("t", 0, 0)])) == 1
+    assert node.fsm.pipelines["spark"] == {("t", 0): 0}
     assert node.fsm.retention_floor_index() is not None
     node.apply(admin_commands.encode_delete_topic("t", node.fsm.topic("t").topic_id))
     assert node.fsm.retention_floor_index() is None

@@ -59,7 +59,7 @@ def test_time_retention_moves_the_log_start_and_the_compaction_limit():
     # Kept: batches with max timestamp >= NOW - 60 s: offsets 8 and 9.
     assert log.fsm.log_start_offset("short", 0) == 8 and removed == 8
     assert log.fsm.log_start_offset("long", 0) == 0
-    assert limit == min(long_first, log.fsm._parts[("short", 0)].log_index[8]) - 1
+    assert limit == min(long_first, log.fsm.data.parts[log.fsm.key_of("short", 0)].log_index[8]) - 1
     # Later, everything of "short" expires: only "long" constrains compaction.
     limit, _ = log.fsm.apply_retention(NOW + 3600_000)
     assert log.fsm.log_start_offset("short", 0) == 10 == log.fsm.high_watermark("short", 0)
@@ -87,7 +87,7 @@ def test_size_retention_keeps_at_least_retention_bytes():
         log.produce("t", NOW)
     log.fsm.apply_retention(NOW)
     assert log.fsm.log_start_offset("t", 0) == 7  # the newest 3 batches
-    assert log.fsm.retention.partition_bytes("t", 0) == 3 * size
+    assert log.fsm.data.retention.partition_bytes(*log.fsm.key_of("t", 0)) == 3 * size
 
 
 def test_pipeline_holds_until_commit_then_hard_limit_wins():
