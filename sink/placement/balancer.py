@@ -21,18 +21,28 @@ Rules (Redpanda's leader_balancer, Kafka's preferred-leader election):
 
 Moves, in order, each re-checked against counts that include the moves already chosen
 (a transfer in flight counts for its target):
-1. back to the preferred replica, if that node then leads <= goal (or <= goal + 1 and
-   fewer than the current leader would);
+1. back to the preferred replica, if that node then leads <= goal, or goal + 1 when
+   the current leader would lead more or the preferred node leads some group it does
+   not prefer (which move 2 then sheds: a swap in two steps, so a balanced cluster
+   still drifts back to the preferred replicas);
 2. off a node leading more than the goal, to a replica leading <= goal and at least two
    fewer, groups whose target is preferred first, then groups not preferring the source.
-Move 1 only fills nodes up to the goal (+1) and move 2 only drains nodes above it into
-nodes at or below it, so no group moves back and forth: on stable inputs plan() reaches
-a state where it returns nothing.
+3. from a node leading >= goal + 2 that move 2 cannot relieve: a chain of transfers
+   through nodes that each give one group and take one, ending at a node <= goal.
+Moves 2 and 3 take a group away from its preferred leader only to cut a node leading
+>= goal + 2 (move 3's inner nodes keep their counts).
+So every move makes progress in one well-founded order, (leaders above goal + 1 summed,
+then fewer groups away from their preferred replica, then the sum of squared leader
+counts): move 1 never adds excess above goal + 1 and brings one group home; move 2
+either cuts that excess or keeps it, keeps or raises the groups at home and lowers the
+sum of squares; move 3 cuts the excess. No group moves back and forth: on stable inputs plan() reaches a state
+where it returns nothing (the simulated cluster in tests/unit/placement checks it).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -172,7 +182,56 @@ class LeaderBalancer:
             return node != v.leader and node in live_set and since is not None and since <= ready_by
 
         candidates = [views[g] for g in sorted(views) if movable(views[g])]
+        led_by: dict[int, list[GroupView]] = {}
+        for v in candidates:
+            assert v.leader is not None
+            led_by.setdefault(v.leader, []).append(v)
+
+        def swap_possible(v: GroupView) -> bool:
+            # Were v moved to its preferred node p (p then at goal + 1), could move 2 shed
+            # a group p leads but does not prefer? Then the two moves are a swap that
+            # brings a group home without overloading anyone (on a cluster balanced at
+            # exactly the goal, this is the only way home).
+            assert v.leader is not None
+            p = v.preferred
+            counts[v.leader] -= 1
+            counts[p] += 1
+            try:
+                return any(
+                    w.preferred != p
+                    and w.group not in self._in_flight
+                    and any(
+                        ready(w, t) and counts[t] <= goal and counts[t] < counts[p] - 1
+                        for t in w.replicas
+                    )
+                    for w in led_by.get(p, ())
+                )
+            finally:
+                counts[v.leader] += 1
+                counts[p] -= 1
+
         out: list[Transfer] = []
+
+        def chain(source: int) -> list[tuple[GroupView, int]] | None:
+            came: dict[int, tuple[int, GroupView] | None] = {source: None}
+            queue = deque([source])
+            while queue:
+                node = queue.popleft()
+                for v in led_by.get(node, ()):
+                    if v.group in self._in_flight:
+                        continue
+                    for t in v.replicas:
+                        if t in came or not ready(v, t):
+                            continue
+                        came[t] = (node, v)
+                        if counts[t] <= goal:
+                            path: list[tuple[GroupView, int]] = []
+                            while (step := came[t]) is not None:
+                                path.append((step[1], t))
+                                t = step[0]
+                            return path[::-1]
+                        queue.append(t)
+            return None
 
         def start(v: GroupView, target: int, reason: str) -> None:
             assert v.leader is not None
@@ -184,22 +243,27 @@ class LeaderBalancer:
 
         # 1. Back to the preferred replica, most loaded current leaders first.
         while len(out) < slots:
-            best = None
-            for v in candidates:
-                if v.group in self._in_flight or v.leader == v.preferred:
-                    continue
-                p = v.preferred
-                if not ready(v, p):
-                    continue
-                after = counts[p] + 1
-                assert v.leader is not None
-                if after <= goal or (after <= goal + 1 and after < counts[v.leader]):
-                    key = (-counts[v.leader], v.group)
-                    if best is None or key < best[0]:
-                        best = (key, v)
-            if best is None:
+            home = sorted(
+                (-counts[v.leader], v.group, v)  # type: ignore[index]
+                for v in candidates
+                if v.group not in self._in_flight
+                and v.leader != v.preferred
+                and ready(v, v.preferred)
+                and counts[v.preferred] + 1 <= goal + 1
+            )
+            chosen = next(
+                (
+                    v
+                    for minus_source, _, v in home
+                    if counts[v.preferred] + 1 <= goal
+                    or counts[v.preferred] + 1 < -minus_source
+                    or swap_possible(v)
+                ),
+                None,
+            )
+            if chosen is None:
                 break
-            start(best[1], best[1].preferred, PREFERRED)
+            start(chosen, chosen.preferred, PREFERRED)
 
         # 2. Off nodes above the goal, most loaded first.
         while len(out) < slots:
@@ -209,7 +273,9 @@ class LeaderBalancer:
                     continue
                 assert v.leader is not None
                 source = counts[v.leader]
-                if source <= goal:
+                if source <= goal or (v.leader == v.preferred and source <= goal + 1):
+                    # Within the tolerated band a node keeps the groups preferring it:
+                    # move 1 would bring them back (no back and forth).
                     continue
                 for target in v.replicas:
                     if not ready(v, target):
@@ -228,4 +294,17 @@ class LeaderBalancer:
             if best is None:
                 break
             start(best[1], best[2], BALANCE)
+
+        # 3. A node still at goal + 2 or more whose groups' other replicas all lead too
+        # many: a chain L -> a -> ... -> T (T <= goal) through groups that can move
+        # (breadth first, so the shortest); every inner node keeps its count.
+        while len(out) < slots:
+            over = sorted(
+                (n for n in counts if counts[n] >= goal + 2), key=lambda n: (-counts[n], n)
+            )
+            path = next((p for n in over if (p := chain(n)) and len(p) <= slots - len(out)), None)
+            if path is None:
+                break
+            for v, target in path:
+                start(v, target, BALANCE)
         return out

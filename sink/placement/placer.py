@@ -21,7 +21,10 @@ call placed:
   label order, taken round robin from a start derived from the seed (default: a stable
   hash of the topic name, so the same request gives the same answer), advancing by one
   per partition; replica r of partition p prefers the host r steps after p's, and the
-  nodes inside a host rotate the same way (KRaft's "striped" pattern).
+  nodes inside a host rotate the same way. This is KRaft's stripe, used as the
+  tie-break of a least-loaded choice rather than as the rule: the first partition of
+  an empty cluster gets hosts s, s+1, s+2; later ones go where the load is lowest, so
+  balance holds after every partition, not only after each full turn of the stripe.
 Why preferred leaderships, not replicas, decide the first replica: with replicas first,
 a host's nodes alternate by replica count, and with two nodes per host and RF 2 the
 same node of a host would be every one of its partitions' preferred leader.
@@ -108,24 +111,31 @@ def place_partitions(
         pos, idx, size = where[node]
         return ((pos - start - p - r) % n_hosts, (idx - start - p) % size)
 
-    out: list[tuple[int, ...]] = []
-    for p in range(len(existing), len(existing) + partitions):
+    # Layer by layer: every partition's preferred leader first, then every partition's
+    # second replica, and so on. Each layer is then a fair round over the nodes (on an
+    # empty cluster replica r of partition p lands exactly on the stripe's host p + r),
+    # where partition by partition would force a late partition's replicas onto nodes
+    # that earlier partitions already filled (3,2,2,2,1 replicas for P=5 on N=5, RF 2).
+    first = len(existing)
+    chosen: list[list[int]] = []
+    for p in range(first, first + partitions):
         leader = min(
             replicas, key=lambda n: (own_preferred[n], preferred[n], replicas[n], *order(n, p, 0))
         )
-        chosen = [leader]
-        used = {where[leader][0]}
-        for r in range(1, replication_factor):
+        chosen.append([leader])
+        own_preferred[leader] += 1
+        preferred[leader] += 1
+        own_replicas[leader] += 1
+        replicas[leader] += 1
+    for r in range(1, replication_factor):
+        for p, nodes in enumerate(chosen, start=first):
+            used = {where[n][0] for n in nodes}
             follower = min(
                 (n for n in replicas if where[n][0] not in used),
                 key=lambda n: (replicas[n], own_replicas[n], preferred[n], *order(n, p, r)),
             )
-            chosen.append(follower)
-            used.add(where[follower][0])
-        own_preferred[leader] += 1
-        preferred[leader] += 1
-        for n in chosen:
-            own_replicas[n] += 1
-            replicas[n] += 1
-        out.append(tuple(chosen))
+            nodes.append(follower)
+            own_replicas[follower] += 1
+            replicas[follower] += 1
+    out = [tuple(nodes) for nodes in chosen]
     return out
