@@ -73,7 +73,8 @@ class NodeSection:
     """The machine (failure domain) this node runs on, like Kafka's broker.rack: no two
     replicas of a partition group are placed on one host, so nodes running as several
     processes on one machine share a label (`raftsink local --processes-per-host`);
-    empty: this node's id, i.e. every node its own host. Labels are compared as text."""
+    empty: this node's id, i.e. every node its own host. Labels are compared as text.
+    Used by partition-group placement (docs/partition-groups.md)."""
     shutdown_handoff_ms: int = 3000
     """On SIGTERM a leader first hands leadership to its most caught-up voter, waiting
     at most this long, then stops (Kafka clients get NOT_LEADER_OR_FOLLOWER and move);
@@ -213,7 +214,7 @@ class ClusterSection:
     leader_balance: bool = balancer_defaults.DEFAULT_ENABLED
     """Balance group leaders over the nodes by leadership transfer (never by forcing an
     election), like Redpanda's enable_leader_balancer; off: leaders stay where elections
-    put them."""
+    put them. Read once partition groups run (a single-group cluster has one leader)."""
     leader_balance_interval_s: float = balancer_defaults.DEFAULT_INTERVAL_S
     """How often the balancer looks at the groups (with jitter)."""
     leader_balance_return_delay_s: float = balancer_defaults.DEFAULT_RETURN_DELAY_S
