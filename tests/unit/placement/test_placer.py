@@ -168,3 +168,15 @@ def test_invalid_loads_name_the_field():
         NodeLoad(-1, 0)
     with pytest.raises(ValueError, match=r"NodeLoad\.preferred"):
         NodeLoad(1, 2)
+
+
+def test_a_multiple_of_the_node_count_gives_every_node_the_same_replicas():
+    rng = seeded("multiple")
+    for case in range(300):
+        n = rng.randint(1, 8)
+        rf = rng.randint(1, n)
+        out = place_partitions(
+            Topology.of(range(1, n + 1)), rng.randint(1, 5) * n, rf, topic=str(case)
+        )
+        load = count_load(out)
+        assert len(load) == n and len({v.replicas for v in load.values()}) == 1, (case, out)
