@@ -1,8 +1,10 @@
 """The `raftsink` command line.
 
 raftsink serve   run one node (config from --config FILE, RAFTSINK_* variables, flags)
-raftsink local   a 3-node cluster on 127.0.0.1 as subprocesses; prints the bootstrap servers
-                 (--secure: TLS everywhere with throw-away certificates, docs/security.md)
+raftsink local   an N-node cluster (default 3) on 127.0.0.1 as subprocesses; prints the
+                 bootstrap servers and every node (--processes-per-host K: K node processes
+                 per emulated host h1, h2, ...; --secure: TLS everywhere with throw-away
+                 certificates, docs/security.md)
 raftsink status  role, term, commit/applied index, lag and partitions of every node
 raftsink verify  read-only integrity check of a stopped node's storage
 raftsink quotas  list / set / delete client quotas (sink/cli_quotas.py)
@@ -26,6 +28,10 @@ import signal
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sink.process_cluster import SinkProcessCluster
 
 LOCAL_POLL_S = 0.5
 """How often `raftsink local` looks for node processes that exited."""
@@ -107,6 +113,10 @@ def _local_certs(base: str, n: int) -> str | None:
 def _cmd_local(args: argparse.Namespace) -> int:
     from sink.process_cluster import SinkProcessCluster
 
+    if args.nodes < 1 or (args.processes_per_host is not None and args.processes_per_host < 1):
+        print("raftsink local: --nodes and --processes-per-host must be >= 1", file=sys.stderr)
+        return 2
+
     own = args.data_dir is None
     base = args.data_dir or tempfile.mkdtemp(prefix="raftsink-local-")
     certs = _local_certs(base, args.nodes) if args.secure else None
@@ -127,6 +137,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
         default_partitions=args.partitions,
         extra_args=extra,
         read_api_credentials=credentials,
+        processes_per_host=args.processes_per_host,
     )
     if certs is not None:
         for i, node in cluster.nodes.items():
@@ -163,6 +174,8 @@ def _cmd_local(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    for line in local_node_lines(cluster):
+        print(line, file=sys.stderr, flush=True)
     reported: set[int] = set()
     while not stop["flag"]:
         # Poll: a child's exit interrupts nothing (SIGCHLD is ignored by default).
@@ -179,6 +192,19 @@ def _cmd_local(args: argparse.Namespace) -> int:
     if own and not args.keep:
         shutil.rmtree(base, ignore_errors=True)
     return 0
+
+
+def local_node_lines(cluster: SinkProcessCluster) -> list[str]:
+    """One line per node: id, host label, pid and addresses."""
+    lines = []
+    for i, node in cluster.nodes.items():
+        p = node.peer
+        pid = node.proc.pid if node.proc is not None else "-"
+        lines.append(
+            f"  node {i}: host {cluster.host_of(i)} pid {pid} kafka {p.kafka} "
+            f"raft {p.raft} read_api {p.read_api}"
+        )
+    return lines
 
 
 def _add_tls_to_cluster_file(path: str, certs: str) -> None:
@@ -438,11 +464,20 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_arguments(p)
     p.set_defaults(func=_cmd_serve)
 
-    p = sub.add_parser("local", help="run a local 3-node cluster until Ctrl-C")
+    p = sub.add_parser("local", help="run a local cluster (3 nodes by default) until Ctrl-C")
     p.add_argument(
         "--data-dir", default=None, help="where to keep data (default: a temp dir, removed)"
     )
     p.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
+    p.add_argument(
+        "--processes-per-host",
+        type=int,
+        default=None,
+        metavar="K",
+        help="K node processes per emulated host: nodes 1..K are host h1, K+1..2K h2, ... "
+        "(node.host); placement keeps a group's replicas on different hosts "
+        "(default: every node its own host)",
+    )
     p.add_argument("--partitions", type=int, default=1, help="partitions of auto-created topics")
     p.add_argument("--keep", action="store_true", help="keep the temporary data dir")
     p.add_argument(

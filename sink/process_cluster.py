@@ -52,6 +52,7 @@ class SinkProcessCluster:
         node_wrapper: str | None = None,
         read_api_credentials: Any = None,
         authorization: bool = False,
+        processes_per_host: int | None = None,
     ) -> None:
         """node_wrapper: module each node runs as (`python -m node_wrapper serve ...`);
         default sink.cli. It must end by calling sink.cli.main(argv).
@@ -59,7 +60,15 @@ class SinkProcessCluster:
         is TLS (sink.readapi.client.tls_credentials); None: plaintext.
         authorization: leave ACL checks on (`raftsink serve`'s default). Off by default
         here: this launcher is `raftsink local`'s, the demos', the benchmarks' and the
-        tests', whose clients have no ACLs (authorization.enabled; docs/security.md)."""
+        tests', whose clients have no ACLs (authorization.enabled; docs/security.md).
+        processes_per_host: K node processes per emulated host: nodes 1..K get
+        --node-host h1, K+1..2K h2, ... (placement keeps a group's replicas on different
+        hosts); None: no label, every node its own host (node.host's default)."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if processes_per_host is not None and processes_per_host < 1:
+            raise ValueError(f"processes_per_host must be >= 1, got {processes_per_host}")
+        self.processes_per_host = processes_per_host
         self.read_api_credentials = read_api_credentials
         self.node_module = node_wrapper or "sink.cli"
         self.base_dir = os.path.abspath(base_dir)
@@ -92,6 +101,32 @@ class SinkProcessCluster:
         if not authorization:
             self.args.append("--no-authorization-enabled")
 
+    def host_of(self, node_id: int) -> str:
+        """Node `node_id`'s host label: h1 for nodes 1..K, h2 for K+1..2K, ...; without
+        processes_per_host its id as text (node.host's default)."""
+        k = self.processes_per_host
+        return f"h{(node_id - 1) // k + 1}" if k else str(node_id)
+
+    def command_for(self, node_id: int) -> list[str]:
+        """The `serve` command line node `node_id` starts with."""
+        n = self.nodes[node_id]
+        host = ["--node-host", self.host_of(node_id)] if self.processes_per_host else []
+        return [
+            sys.executable,
+            "-m",
+            self.node_module,
+            "serve",
+            "--node-id",
+            str(node_id),
+            "--data-dir",
+            n.data_dir,
+            "--peers",
+            self.peers_for(node_id),
+            *host,
+            *self.args,
+            *n.extra_args,
+        ]
+
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(p.kafka for p in self.peers.values())
@@ -103,7 +138,12 @@ class SinkProcessCluster:
                 {
                     "bootstrap_servers": self.bootstrap_servers,
                     "nodes": {
-                        str(i): {"raft": p.raft, "kafka": p.kafka, "read_api": p.read_api}
+                        str(i): {
+                            "raft": p.raft,
+                            "kafka": p.kafka,
+                            "read_api": p.read_api,
+                            "host": self.host_of(i),
+                        }
                         for i, p in self.peers.items()
                     },
                 },
@@ -147,20 +187,7 @@ class SinkProcessCluster:
             os.makedirs(n.data_dir, exist_ok=True)
             with open(n.log_path, "ab") as log:
                 n.proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        self.node_module,
-                        "serve",
-                        "--node-id",
-                        str(nid),
-                        "--data-dir",
-                        n.data_dir,
-                        "--peers",
-                        self.peers_for(nid),
-                        *self.args,
-                        *n.extra_args,
-                    ],
+                    self.command_for(nid),
                     stdout=subprocess.DEVNULL,
                     stderr=log,
                     env=self.env_for(nid),

@@ -1,6 +1,6 @@
 """Typed configuration of a raftsink node: one table, validated once at start-up.
 
-schema   the sections (node, kafka, raft, transport, storage, retention) as
+schema   the sections (node, kafka, raft, transport, storage, retention, cluster, ...) as
          frozen dataclasses; each setting's type, default and doc, once
 table    OPTIONS: every setting with its TOML key, RAFTSINK_* variable, flag
          and flat (first-version) alias, derived from the schema
@@ -15,6 +15,7 @@ from sink.config.flags import add_config_arguments, flag_overrides
 from sink.config.load import build, load_config
 from sink.config.schema import (
     EVENT_LOOPS,
+    ClusterSection,
     KafkaSection,
     NodeSection,
     RaftSection,
@@ -37,6 +38,7 @@ __all__ = [
     "EVENT_LOOPS",
     "LEGACY",
     "OPTIONS",
+    "ClusterSection",
     "ConfigError",
     "KafkaSection",
     "NodeSection",

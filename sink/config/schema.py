@@ -31,6 +31,8 @@ from sink.groups import GroupOptions
 from sink.kafka.limits import KafkaLimits
 from sink.lifecycle.producer_expiry import ProducerExpiryOptions
 from sink.offsets import OffsetsOptions
+from sink.placement import BalancerOptions, host_label
+from sink.placement import options as balancer_defaults
 from sink.quotas import QuotaOptions
 from sink.security.authz_options import AuthorizationOptions
 from sink.security.sasl_options import SaslOptions
@@ -67,6 +69,12 @@ class NodeSection:
     and counts in no quorum until the leader's log makes it a member; node.peers only
     gives the addresses to reach the others. The live configuration is always the
     log's: node.peers is the initial configuration of a new cluster only."""
+    host: str = ""
+    """The machine (failure domain) this node runs on, like Kafka's broker.rack: no two
+    replicas of a partition group are placed on one host, so nodes running as several
+    processes on one machine share a label (`raftsink local --processes-per-host`);
+    empty: this node's id, i.e. every node its own host. Labels are compared as text.
+    Used by partition-group placement (docs/partition-groups.md)."""
     shutdown_handoff_ms: int = 3000
     """On SIGTERM a leader first hands leadership to its most caught-up voter, waiting
     at most this long, then stops (Kafka clients get NOT_LEADER_OR_FOLLOWER and move);
@@ -92,6 +100,20 @@ class NodeSection:
             )
         if self.log_level.upper() not in LOG_LEVELS:
             raise ConfigError(f"node.log_level: unknown level {self.log_level!r}")
+        if self.host and (
+            len(self.host) > 255
+            or not self.host.isprintable()
+            or any(c.isspace() or c in ",=/" for c in self.host)
+        ):
+            raise ConfigError(
+                "node.host must be printable text of at most 255 characters without "
+                f"spaces, ',', '=' or '/', got {self.host!r}"
+            )
+
+    @property
+    def host_label(self) -> str:
+        """The host placement uses: node.host, or this node's id as text."""
+        return host_label(self.id, self.host)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +194,55 @@ class RetentionSection:
             )
 
 
+_BALANCER_FIELDS = {
+    "leader_balance": "enabled",
+    "leader_balance_interval_s": "interval_s",
+    "leader_balance_return_delay_s": "return_delay_s",
+    "leader_balance_max_in_flight": "max_in_flight",
+    "leader_balance_mute_s": "mute_s",
+    "leader_balance_transfer_timeout_s": "transfer_timeout_s",
+}
+"""cluster.* key -> sink.placement.BalancerOptions field (whose defaults these are)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSection:
+    """Cluster-wide behaviour of partition groups (docs/partition-groups.md): the leader
+    balancer, which moves group leadership back to preferred replicas and off overloaded
+    nodes by leadership transfer. Defaults are sink.placement.BalancerOptions'."""
+
+    leader_balance: bool = balancer_defaults.DEFAULT_ENABLED
+    """Balance group leaders over the nodes by leadership transfer (never by forcing an
+    election), like Redpanda's enable_leader_balancer; off: leaders stay where elections
+    put them. Read once partition groups run (a single-group cluster has one leader)."""
+    leader_balance_interval_s: float = balancer_defaults.DEFAULT_INTERVAL_S
+    """How often the balancer looks at the groups (with jitter)."""
+    leader_balance_return_delay_s: float = balancer_defaults.DEFAULT_RETURN_DELAY_S
+    """A replica must have been live and caught up this long before leadership moves to
+    it, e.g. back to a restarted node."""
+    leader_balance_max_in_flight: int = balancer_defaults.DEFAULT_MAX_IN_FLIGHT
+    """Leadership transfers the balancer has outstanding at most."""
+    leader_balance_mute_s: float = balancer_defaults.DEFAULT_MUTE_S
+    """A group whose transfer failed or timed out is left alone this long (Redpanda's
+    leader_balancer_mute_timeout)."""
+    leader_balance_transfer_timeout_s: float = balancer_defaults.DEFAULT_TRANSFER_TIMEOUT_S
+    """A transfer whose target does not lead within this long counts as failed."""
+
+    def __post_init__(self) -> None:
+        try:
+            self.balancer_options()
+        except ValueError as exc:
+            message = str(exc)
+            for key, name in _BALANCER_FIELDS.items():
+                message = message.replace(f"BalancerOptions.{name} ", f"cluster.{key} ")
+            raise ConfigError(message) from None
+
+    def balancer_options(self) -> BalancerOptions:
+        return BalancerOptions(
+            **{name: getattr(self, key) for key, name in _BALANCER_FIELDS.items()}
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SinkConfig:
     """A node's whole configuration; build it with `load_config` (file < env < flags)
@@ -188,6 +259,7 @@ class SinkConfig:
     retention: RetentionSection = field(
         default_factory=RetentionSection, metadata={"section": True}
     )
+    cluster: ClusterSection = field(default_factory=ClusterSection, metadata={"section": True})
     quotas: QuotaOptions = field(default_factory=QuotaOptions, metadata={"section": True})
     offsets: OffsetsOptions = field(default_factory=OffsetsOptions, metadata={"section": True})
     topics: TopicDefaults = field(default_factory=TopicDefaults, metadata={"section": True})
@@ -235,6 +307,11 @@ class SinkConfig:
     @property
     def event_loop(self) -> str:
         return self.node.event_loop
+
+    @property
+    def host(self) -> str:
+        """This node's host label (node.host, default its id): placement's failure domain."""
+        return self.node.host_label
 
     def listen(self, which: str) -> str:
         """Bind address for "raft" / "kafka" / "read_api": explicit, else the peer address."""

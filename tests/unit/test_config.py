@@ -105,6 +105,7 @@ _STR_SAMPLES = {
     "node.metrics_listen": "127.0.0.1:9400",
     "node.log_level": "INFO",
     "node.event_loop": "asyncio",
+    "node.host": "rack-b",
     "storage.on_corruption": "stop",
     "kafka.listen": "0.0.0.0:9094",
     "kafka.external_listen": "0.0.0.0:9095",
@@ -306,6 +307,18 @@ def test_node_options_join_raft_storage_and_retention():
             r"kafka\.sequence_gap_grace_ms must be >= 0",
         ),
         ({**BASE, "transport.backoff_max_s": 0.01}, r"^transport: "),
+        ({**BASE, "node.host": "rack a"}, r"node\.host must be printable text .* got 'rack a'"),
+        ({**BASE, "node.host": "h1,h2"}, r"node\.host must be"),
+        (
+            {**BASE, "cluster.leader_balance_max_in_flight": 0},
+            r"cluster\.leader_balance_max_in_flight must be >= 1, got 0 \(from flag",
+        ),
+        (
+            {**BASE, "cluster.leader_balance_return_delay_s": -1},
+            r"cluster\.leader_balance_return_delay_s must be >= 0",
+        ),
+        ({**BASE, "cluster.leader_balance_interval_s": 0}, r"cluster\.leader_balance_interval_s"),
+        ({**BASE, "cluster.leader_balance": "sometimes"}, r"cluster\.leader_balance: expected"),
         (
             {**BASE, "retention_max_entries": 10, "retention_hard_max_entries": 5},
             r"retention\.hard_max_entries must be 0 or >= retention\.max_entries",
@@ -404,3 +417,24 @@ def test_external_listener_needs_every_node():
         load_config(None, env={}, overrides={**base, "external_kafka": "1=127.0.0.1:19092"})
     with pytest.raises(ConfigError, match="ID=HOST:PORT"):
         load_config(None, env={}, overrides={**base, "external_kafka": "one=x:1"})
+
+
+def test_host_label_defaults_to_the_node_id_and_balancer_keys_map_to_its_options():
+    from sink.placement import BalancerOptions
+
+    cfg = load_config(None, env={}, overrides=BASE)
+    assert cfg.node.host == "" and cfg.host == "1"  # every node its own host
+    assert cfg.cluster.leader_balance is True
+    assert cfg.cluster.balancer_options() == BalancerOptions()  # one set of defaults
+    cfg = load_config(
+        None,
+        env={**_env(BASE), "RAFTSINK_NODE_HOST": "h2"},
+        overrides={
+            "cluster.leader_balance": "off",
+            "cluster.leader_balance_return_delay_s": "5",
+            "cluster.leader_balance_max_in_flight": "2",
+        },
+    )
+    assert cfg.host == "h2"
+    opts = cfg.cluster.balancer_options()
+    assert (opts.enabled, opts.return_delay_s, opts.max_in_flight) == (False, 5.0, 2)
