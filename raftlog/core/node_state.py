@@ -197,6 +197,10 @@ class RawNode:
         self._soft_sent = SoftState(0, Role.FOLLOWER)
         # peer id -> (incarnation, IDENTITY_* flags) from its newest message
         self.peer_identity: dict[int, tuple[int, int]] = {}
+        # peer id -> the term of the message peer_identity holds: a replacement is
+        # decided only on what a node answered in the leader's own term, never on what
+        # it said long ago (its storage may have been replaced and admitted since)
+        self._identity_term: dict[int, int] = {}
         self._config_history: list[tuple[int, Membership]] = self._load_config_history(reader)
         self.membership = self._config_history[-1][1]
         self._reset_randomized_timeout()
@@ -440,6 +444,11 @@ class RawNode:
             seen = self.peer_identity.get(pid)
             if pid == self.id or seen is None or not seen[0]:
                 continue
+            if self._identity_term.get(pid, 0) < self.term:
+                # not heard in this term: what it said before may be an older storage
+                # than the one recorded (sim seed 3873: a leader "replaced" an admitted
+                # node by the incarnation it had before it lost its disk)
+                continue
             inc, flags = seen
             recorded = m.incarnation_of(pid)
             if recorded == inc:
@@ -681,6 +690,10 @@ class RawNode:
             self._step_candidate(m)
 
     def _note_identity(self, m: Message) -> None:
+        term = m.term or self.term  # (only a forwarded ReadIndex is term-less)
+        if term < self._identity_term.get(m.src, 0):
+            return  # a delayed message from before a newer one: not its newest storage
+        self._identity_term[m.src] = term
         self.peer_identity[m.src] = (m.incarnation, m.identity)
         pr = self.progress.get(m.src) if self.role is Role.LEADER else None
         if pr is not None and pr.incarnation != m.incarnation:

@@ -103,10 +103,12 @@ def test_a_stale_voter_does_not_stall_the_most_up_to_date_candidate():
     assert result.committed > 23  # past the stall's commit index
 
 
-@pytest.mark.parametrize("seed", [1818, 2634])
-def test_stale_terms_reach_the_nodes_that_cannot_raise_their_own(seed):
+@pytest.mark.parametrize("seed", [1818, 2634, 3873])
+def test_seeds_that_stalled_beyond_the_ci_range(seed):
     """Two more permanent stalls, each seen beyond the CI range of storage-loss seeds:
     1818, a replacement at a term above its leader's, which plain Raft would leave
     unanswered; 2634, a candidate at stale terms whose only possible voter listed it
-    as a learner and never answered a stale vote (docs/raft-core.md, "Stale terms")."""
+    as a learner and never answered a stale vote (docs/raft-core.md, "Stale terms");
+    3873, a new leader "replacing" an admitted node by the storage it had said it was
+    on long before (docs/raft-core.md, "Admission")."""
     run_seed(seed, **LOSSY)

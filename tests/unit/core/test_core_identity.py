@@ -12,7 +12,13 @@ from __future__ import annotations
 import pytest
 
 from raftlog.core import Membership, ProposalDroppedError, Role
-from raftlog.core.messages import IDENTITY_LEGACY, IDENTITY_SEALED, Heartbeat, RequestVote
+from raftlog.core.messages import (
+    IDENTITY_LEGACY,
+    IDENTITY_SEALED,
+    Heartbeat,
+    HeartbeatResponse,
+    RequestVote,
+)
 from raftlog.sim.harness import Cluster
 
 
@@ -274,3 +280,37 @@ def test_a_replacement_tells_a_stale_leader_about_its_newer_term():
     rep.step(Heartbeat(src=lead, dst=f2, term=term, commit=0, context=0))
     answers = rep.ready().messages
     assert [(m.dst, m.type.name, m.term) for m in answers] == [(lead, "APPEND_RESP", term + 5)]
+
+
+def test_a_leader_replaces_a_member_only_on_what_it_answered_in_this_term():
+    """Sim seed 3873: a new leader still held what a peer had said long ago, from the
+    storage it had before it lost its disk and was admitted under a new one; acting on
+    it, the leader "replaced" the admitted node by its old incarnation (a learner that
+    could never be promoted) and the cluster stalled. Identity heard in an older term,
+    or a delayed message older than the newest, decides nothing."""
+    c, lead = _founded(seed=7)
+    f1 = next(i for i in (1, 2, 3) if i != lead)
+    node = c.node(lead)
+    recorded = node.membership.incarnation_of(f1)
+    # what f1 said in an earlier term, from another storage
+    node.peer_identity[f1] = (4242, IDENTITY_SEALED)
+    node._identity_term[f1] = node.term - 1
+    assert node.identity_change() is None
+    # a delayed message older than the newest one heard does not overwrite it
+    node._identity_term[f1] = node.term + 1
+    node.peer_identity[f1] = (recorded, IDENTITY_SEALED)
+    node.step(
+        HeartbeatResponse(
+            src=f1, dst=lead, term=node.term, context=0, incarnation=4242, identity=IDENTITY_SEALED
+        )
+    )
+    assert node.peer_identity[f1][0] == recorded
+    node._identity_term[f1] = node.term
+    # answered from new storage in this term: that is a replacement
+    node.step(
+        HeartbeatResponse(
+            src=f1, dst=lead, term=node.term, context=0, incarnation=4243, identity=IDENTITY_SEALED
+        )
+    )
+    change = node.identity_change()
+    assert change is not None and change.incarnation_of(f1) == 4243 and f1 in change.learners
