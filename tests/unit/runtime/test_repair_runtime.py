@@ -142,7 +142,14 @@ def test_a_damaged_snapshot_the_log_can_do_without_is_set_aside(tmp_path):
         await wait_until(node.is_leader, what="the single node leads")
         for i in range(0, 200, 20):
             await asyncio.gather(*(node.apply(b"v%04d" % k) for k in range(i, i + 20)))
-        await wait_until(lambda: len(node.snapshots.indexes()) >= 2, what="two snapshots")
+        await wait_until(
+            lambda: (
+                len(node.snapshots.indexes()) >= 2
+                and node.queue.first_index() > 1
+                and node.snapshots.indexes()[-1] > node.queue.first_index() - 1
+            ),
+            what="a compacted log with a snapshot above its base",
+        )
         first = node.queue.first_index()
         applied = [v for _, v in fsm.applied]
         await node.stop()
@@ -161,8 +168,10 @@ def test_a_damaged_snapshot_the_log_can_do_without_is_set_aside(tmp_path):
         assert os.path.exists(newest + ".damaged") and not os.path.exists(newest)
         assert node.status()["identity"]["incarnation"]  # same storage: no replacement needed
         await node.apply(b"after")
+        base_index = node.queue.first_index() - 1
         await node.stop()
-        base = os.path.join(snap_dir, f"snapshot-{first - 1:020d}")
+        assert base_index > 0
+        base = os.path.join(snap_dir, f"snapshot-{base_index:020d}")
         base_file = next(
             os.path.join(snap_dir, n)
             for n in os.listdir(snap_dir)
