@@ -33,6 +33,7 @@ from chaos.workload import (
     hw_watcher,
     read_api_reader,
 )
+from sink.cli_connect import READ_API_CREDENTIALS
 
 log = logging.getLogger("chaos")
 
@@ -56,6 +57,9 @@ class CampaignOptions:
     cooldown_s: float = 3.0
     drain_timeout_s: float = 90.0
     extra_node_args: list[str] = field(default_factory=list)
+    secure: bool = False
+    """TLS everywhere, SASL_SSL (SCRAM-SHA-512) clients, authorization on with ACLs for the
+    workload's principal (chaos/secure.py)."""
 
     def schedule_options(self) -> ScheduleOptions:
         return ScheduleOptions(
@@ -93,7 +97,12 @@ def run_campaign(
 
 
 async def _wait_topic(cluster: ChaosCluster, topic: str, partitions: int) -> None:
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    if cluster.security is not None:  # the workload may create and use the topic
+        nodes = [p.kafka for p in cluster.peers.values()]
+        await asyncio.to_thread(
+            cluster.security.grant_workload, cluster.bootstrap_servers, nodes, topic, 60
+        )
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, **cluster.kafka_conf})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with contextlib.suppress(Exception):
@@ -146,8 +155,14 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
     if os.path.exists(base):
         shutil.rmtree(base)
     cluster = ChaosCluster(
-        base, default_partitions=opts.partitions, extra_args=opts.extra_node_args
+        base,
+        default_partitions=opts.partitions,
+        extra_args=opts.extra_node_args,
+        secure=opts.secure,
     )
+    # The membership nemesis calls the read API as `raftsink members` does: with the
+    # cluster's client certificate on a secure cluster (tasks copy this context).
+    READ_API_CREDENTIALS.set(cluster.read_api_credentials)
     crashes: list[dict[str, Any]] = []
     notes: list[str] = []
     cluster.start()
@@ -158,18 +173,29 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         ctl = Control()
         clients = {i: cluster.client(i) for i in cluster.peers}
         bootstrap = cluster.bootstrap_servers
+        kconf = cluster.kafka_conf
 
         producers = [
             ProducerWorker(
-                k, bootstrap, opts.topic, opts.partitions, opts.rate, opts.seed, history, ctl
+                k,
+                bootstrap,
+                opts.topic,
+                opts.partitions,
+                opts.rate,
+                opts.seed,
+                history,
+                ctl,
+                kafka_conf=kconf,
             )
             for k in range(opts.producers)
         ]
         consumers = [
-            KafkaConsumerWorker(k, bootstrap, opts.topic, opts.partitions, history, ctl)
+            KafkaConsumerWorker(
+                k, bootstrap, opts.topic, opts.partitions, history, ctl, kafka_conf=kconf
+            )
             for k in range(opts.kafka_consumers)
         ]
-        kafka_hw = KafkaHwWatcher(bootstrap, opts.topic, opts.partitions, history)
+        kafka_hw = KafkaHwWatcher(bootstrap, opts.topic, opts.partitions, history, kconf)
         for t in (*producers, *consumers, kafka_hw):
             t.start()
         reader_results: dict[str, Any] = {}
@@ -251,6 +277,7 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
                 ctl,
                 process="final-kafka",
                 as_final=True,
+                kafka_conf=kconf,
             )
             final_kafka.start()
             await asyncio.gather(

@@ -5,6 +5,11 @@ storage, membership changes (remove and re-add, replace) from a fixed seed. The
 checkers must report 0 anomalies, and the nemesis must really have injected
 faults of every kind.
 
+The cluster is the secure one (`raftsink chaos --secure`, issue 15): TLS on every
+listener (Raft mutual TLS through the proxy, the read API with client certificates),
+SASL_SSL SCRAM-SHA-512 clients, authorization on with ACLs for the workload's user.
+This is CI's only campaign (not an extra one): every other test covers the plain path.
+
 RAFTSINK_CHAOS_SEED overrides the seed; RAFTSINK_CHAOS_SECONDS the duration.
 The report (summary.txt, report.json, plot.png, history) stays in tmp_path.
 """
@@ -39,13 +44,14 @@ CAMPAIGNS = [pytest.param(tuple(KINDS), SECONDS, id="all")]
 @pytest.mark.timeout(540)
 @pytest.mark.parametrize("kinds, seconds", CAMPAIGNS)
 def test_short_chaos_campaign_finds_no_anomaly(tmp_path, kinds, seconds):
-    print(f"seed={SEED} seconds={seconds} kinds={','.join(kinds)} out={tmp_path}")
+    print(f"seed={SEED} seconds={seconds} kinds={','.join(kinds)} secure out={tmp_path}")
     data = run_campaign(
         SEED,
         str(tmp_path),
         seconds=seconds,
         nemeses=kinds,
         keep_data=False,
+        secure=True,
         fault_min_s=3.0,
         fault_max_s=6.0,
         gap_min_s=2.0,
@@ -68,3 +74,4 @@ def test_short_chaos_campaign_finds_no_anomaly(tmp_path, kinds, seconds):
     for source in ("kafka", "read_api", "read_api_lin"):
         assert st["hw_samples"].get(source, 0) > 20, st["hw_samples"]
     assert os.path.getsize(tmp_path / "plot.png") > 10_000
+    assert data["options"]["secure"] is True
