@@ -56,6 +56,12 @@ class CampaignOptions:
     warmup_s: float = 5.0
     cooldown_s: float = 3.0
     drain_timeout_s: float = 90.0
+    schedule_grace_s: float = 0.0
+    """How long the workload may run past `seconds` so that the nemesis finishes the faults
+    of its schedule (0: stop at `seconds`, whatever is left). Faults that wait for a node to
+    be admitted again (wipe, corrupt, replace) take 10-30 s on a loaded machine instead of
+    their scheduled few seconds, so the schedule runs late; with a grace, the kinds and
+    counts injected depend on the seed only, not on the machine's load."""
     extra_node_args: list[str] = field(default_factory=list)
     secure: bool = False
     """TLS everywhere, SASL_SSL (SCRAM-SHA-512) clients, authorization on with ACLs for the
@@ -243,6 +249,15 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         nem_stop = asyncio.Event()
         nem_task = asyncio.create_task(nemesis.run(nem_stop))
         await asyncio.wait([nem_task], timeout=max(0.0, opts.seconds - history.now()))
+        if not nem_task.done() and opts.schedule_grace_s > 0:
+            late = history.now()
+            end = opts.seconds + opts.schedule_grace_s
+            await asyncio.wait([nem_task], timeout=max(0.0, end - history.now()))
+            notes.append(
+                f"the nemesis ran {history.now() - late:.1f} s past the {opts.seconds:.0f} s "
+                f"duration to finish its schedule (grace {opts.schedule_grace_s:.0f} s"
+                f"{'' if nem_task.done() else ', not enough: the rest was dropped'})"
+            )
         nem_stop.set()
         await nem_task
         # The schedule may end early (it leaves a cool-down): run to the full duration.
