@@ -33,6 +33,7 @@ from chaos.workload import (
     hw_watcher,
     read_api_reader,
 )
+from sink.cli_connect import READ_API_CREDENTIALS
 
 log = logging.getLogger("chaos")
 
@@ -55,7 +56,16 @@ class CampaignOptions:
     warmup_s: float = 5.0
     cooldown_s: float = 3.0
     drain_timeout_s: float = 90.0
+    schedule_grace_s: float = 0.0
+    """How long the workload may run past `seconds` so that the nemesis finishes the faults
+    of its schedule (0: stop at `seconds`, whatever is left). Faults that wait for a node to
+    be admitted again (wipe, corrupt, replace) take 10-30 s on a loaded machine instead of
+    their scheduled few seconds, so the schedule runs late; with a grace, the kinds and
+    counts injected depend on the seed only, not on the machine's load."""
     extra_node_args: list[str] = field(default_factory=list)
+    secure: bool = False
+    """TLS everywhere, SASL_SSL (SCRAM-SHA-512) clients, authorization on with ACLs for the
+    workload's principal (chaos/secure.py)."""
 
     def schedule_options(self) -> ScheduleOptions:
         return ScheduleOptions(
@@ -93,7 +103,12 @@ def run_campaign(
 
 
 async def _wait_topic(cluster: ChaosCluster, topic: str, partitions: int) -> None:
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    if cluster.security is not None:  # the workload may create and use the topic
+        nodes = [p.kafka for p in cluster.peers.values()]
+        await asyncio.to_thread(
+            cluster.security.grant_workload, cluster.bootstrap_servers, nodes, topic, 60
+        )
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, **cluster.kafka_conf})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with contextlib.suppress(Exception):
@@ -146,8 +161,14 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
     if os.path.exists(base):
         shutil.rmtree(base)
     cluster = ChaosCluster(
-        base, default_partitions=opts.partitions, extra_args=opts.extra_node_args
+        base,
+        default_partitions=opts.partitions,
+        extra_args=opts.extra_node_args,
+        secure=opts.secure,
     )
+    # The membership nemesis calls the read API as `raftsink members` does: with the
+    # cluster's client certificate on a secure cluster (tasks copy this context).
+    READ_API_CREDENTIALS.set(cluster.read_api_credentials)
     crashes: list[dict[str, Any]] = []
     notes: list[str] = []
     cluster.start()
@@ -158,18 +179,29 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         ctl = Control()
         clients = {i: cluster.client(i) for i in cluster.peers}
         bootstrap = cluster.bootstrap_servers
+        kconf = cluster.kafka_conf
 
         producers = [
             ProducerWorker(
-                k, bootstrap, opts.topic, opts.partitions, opts.rate, opts.seed, history, ctl
+                k,
+                bootstrap,
+                opts.topic,
+                opts.partitions,
+                opts.rate,
+                opts.seed,
+                history,
+                ctl,
+                kafka_conf=kconf,
             )
             for k in range(opts.producers)
         ]
         consumers = [
-            KafkaConsumerWorker(k, bootstrap, opts.topic, opts.partitions, history, ctl)
+            KafkaConsumerWorker(
+                k, bootstrap, opts.topic, opts.partitions, history, ctl, kafka_conf=kconf
+            )
             for k in range(opts.kafka_consumers)
         ]
-        kafka_hw = KafkaHwWatcher(bootstrap, opts.topic, opts.partitions, history)
+        kafka_hw = KafkaHwWatcher(bootstrap, opts.topic, opts.partitions, history, kconf)
         for t in (*producers, *consumers, kafka_hw):
             t.start()
         reader_results: dict[str, Any] = {}
@@ -217,6 +249,15 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         nem_stop = asyncio.Event()
         nem_task = asyncio.create_task(nemesis.run(nem_stop))
         await asyncio.wait([nem_task], timeout=max(0.0, opts.seconds - history.now()))
+        if not nem_task.done() and opts.schedule_grace_s > 0:
+            late = history.now()
+            end = opts.seconds + opts.schedule_grace_s
+            await asyncio.wait([nem_task], timeout=max(0.0, end - history.now()))
+            notes.append(
+                f"the nemesis ran {history.now() - late:.1f} s past the {opts.seconds:.0f} s "
+                f"duration to finish its schedule (grace {opts.schedule_grace_s:.0f} s"
+                f"{'' if nem_task.done() else ', not enough: the rest was dropped'})"
+            )
         nem_stop.set()
         await nem_task
         # The schedule may end early (it leaves a cool-down): run to the full duration.
@@ -251,6 +292,7 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
                 ctl,
                 process="final-kafka",
                 as_final=True,
+                kafka_conf=kconf,
             )
             final_kafka.start()
             await asyncio.gather(

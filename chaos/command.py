@@ -63,6 +63,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fault-max", type=float, default=8.0, help="longest fault, s (default 8)")
     p.add_argument("--gap-min", type=float, default=2.0, help="shortest quiet gap, s (default 2)")
     p.add_argument("--gap-max", type=float, default=5.0, help="longest quiet gap, s (default 5)")
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS on every listener (Raft mTLS through the proxy), SASL_SSL SCRAM-SHA-512 "
+        "clients, authorization on with ACLs for the workload's user (docs/chaos.md)",
+    )
+    p.add_argument(
+        "--schedule-grace",
+        type=float,
+        default=0.0,
+        help="seconds the workload may run past its duration for the nemesis to finish its "
+        "schedule when faults ran late (default 0)",
+    )
     p.add_argument("--drop-data", action="store_true", help="delete node data dirs at the end")
 
 
@@ -94,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         fault_max_s=args.fault_max,
         gap_min_s=args.gap_min,
         gap_max_s=args.gap_max,
+        secure=args.secure,
+        schedule_grace_s=args.schedule_grace,
     )
     with open(os.path.join(out, "summary.txt")) as f:
         print(f.read())

@@ -24,6 +24,7 @@ import threading
 
 from chaos.node import STALL_ENV
 from chaos.proxy import ProxyControl
+from chaos.secure import SecureSetup
 from raftlog.process_cluster import free_ports
 from sink.config import Peer, format_peers
 from sink.process_cluster import SinkProcessCluster
@@ -34,9 +35,10 @@ class ChaosReadClient(ReadApiClient):
     """ReadApiClient whose channel reconnects quickly after a node comes back
     (gRPC's default reconnect back-off grows to 120 s)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, credentials: object = None) -> None:
         super().__init__(
             address,
+            credentials=credentials,  # type: ignore[arg-type]
             channel_options=[
                 ("grpc.initial_reconnect_backoff_ms", 100),
                 ("grpc.min_reconnect_backoff_ms", 100),
@@ -54,11 +56,30 @@ def link(i: int, j: int) -> str:
 
 
 class ChaosCluster(SinkProcessCluster):
-    def __init__(self, base_dir: str, n: int = 3, default_partitions: int = 1, **kw) -> None:
+    def __init__(
+        self,
+        base_dir: str,
+        n: int = 3,
+        default_partitions: int = 1,
+        secure: bool = False,
+        **kw,
+    ) -> None:
+        """secure: TLS everywhere, SASL_SSL clients, authorization on (chaos/secure.py);
+        `self.security` then holds the certificates and the clients' settings."""
+        self.security: SecureSetup | None = None
+        if secure:
+            os.makedirs(base_dir, exist_ok=True)
+            self.security = SecureSetup.make(base_dir, n)
+            kw["extra_args"] = [*self.security.node_args(), *(kw.get("extra_args") or [])]
+            kw["read_api_credentials"] = self.security.read_api_credentials()
+            kw["authorization"] = True
         # Nodes run through the disk-stall wrapper and reach each other via the proxy.
         super().__init__(
             base_dir, n=n, default_partitions=default_partitions, node_wrapper=NODE_WRAPPER, **kw
         )
+        if self.security is not None:
+            for i, node in self.nodes.items():
+                node.extra_args += self.security.node_pair_args(i)
         ids = sorted(self.peers)
         pairs = [(i, j) for i in ids for j in ids if i != j]
         ports = free_ports(len(pairs))
@@ -238,4 +259,10 @@ class ChaosCluster(SinkProcessCluster):
             self.proxy = None
 
     def client(self, i: int) -> ChaosReadClient:
-        return ChaosReadClient(self.peers[i].read_api)
+        return ChaosReadClient(self.peers[i].read_api, self.read_api_credentials)
+
+    @property
+    def kafka_conf(self) -> dict[str, str]:
+        """Settings every Kafka client of the campaign adds to its own (SASL_SSL as the
+        workload user on a secure cluster; nothing on a plain one)."""
+        return self.security.kafka_conf() if self.security is not None else {}

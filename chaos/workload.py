@@ -102,9 +102,12 @@ class ProducerWorker(Worker):
         history: History,
         ctl: Control,
         max_inflight: int = 2000,
+        kafka_conf: dict[str, str] | None = None,
     ) -> None:
+        """kafka_conf: settings added to the client's (SASL_SSL on a secure cluster)."""
         super().__init__(f"producer-{k}", history)
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.kafka_conf = dict(kafka_conf or {})
         self.rate, self.ctl = rate, ctl
         self.rng = random.Random(f"producer-{seed}-{k}")
         self.max_inflight = max_inflight
@@ -133,6 +136,7 @@ class ProducerWorker(Worker):
                 "topic.metadata.refresh.interval.ms": 1_000,
                 "retry.backoff.ms": 100,
                 "error_cb": self._on_error,
+                **self.kafka_conf,
             }
         )
 
@@ -212,9 +216,11 @@ class KafkaConsumerWorker(Worker):
         ctl: Control,
         process: str | None = None,
         as_final: bool = False,
+        kafka_conf: dict[str, str] | None = None,
     ) -> None:
         super().__init__(process or f"kafka-consumer-{k}", history)
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.kafka_conf = dict(kafka_conf or {})
         self.ctl = ctl
         self.as_final = as_final
         self.errors: Counter[str] = Counter()
@@ -241,13 +247,14 @@ class KafkaConsumerWorker(Worker):
             {
                 "bootstrap.servers": self.bootstrap,
                 "log_level": RDKAFKA_LOG_LEVEL,
-                "group.id": f"chaos-{self.proc}",
+                "group.id": f"chaos-{self.proc}",  # chaos/secure.py: GROUP_PREFIX
                 "enable.auto.commit": False,
                 "auto.offset.reset": "error",
                 "fetch.wait.max.ms": 200,
                 "socket.timeout.ms": 10_000,
                 "metadata.max.age.ms": 1_000,
                 "topic.metadata.refresh.interval.ms": 1_000,
+                **self.kafka_conf,
             }
         )
         pos = {p: 0 for p in range(self.partitions)}
@@ -445,7 +452,14 @@ async def hw_watcher(
 class KafkaHwWatcher(Worker):
     """ListOffsets (latest) through a real client, every partition, in a loop."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, history: History) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        history: History,
+        kafka_conf: dict[str, str] | None = None,
+    ) -> None:
         super().__init__("kafka-hw", history)
         self.topic, self.partitions = topic, partitions
         self.consumer = Consumer(
@@ -456,6 +470,7 @@ class KafkaHwWatcher(Worker):
                 "enable.auto.commit": False,
                 "socket.timeout.ms": 10_000,
                 "metadata.max.age.ms": 1_000,
+                **(kafka_conf or {}),
             }
         )
         self.stop = threading.Event()

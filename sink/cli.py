@@ -4,7 +4,8 @@ raftsink serve   run one node (config from --config FILE, RAFTSINK_* variables, 
 raftsink local   an N-node cluster (default 3) on 127.0.0.1 as subprocesses; prints the
                  bootstrap servers and every node (--processes-per-host K: K node processes
                  per emulated host h1, h2, ...; --secure: TLS everywhere with throw-away
-                 certificates, docs/security.md)
+                 certificates; --authorization: ACL checks on, SASL with a printed super
+                 user; docs/security.md)
 raftsink status  role, term, commit/applied index, lag and partitions of every node
 raftsink verify  read-only integrity check of a stopped node's storage
 raftsink quotas  list / set / delete client quotas (sink/cli_quotas.py)
@@ -110,6 +111,30 @@ def _local_certs(base: str, n: int) -> str | None:
     return certs
 
 
+LOCAL_SUPER_USER = "admin"
+"""`raftsink local --authorization`'s super user (SASL SCRAM, password made per cluster)."""
+
+
+def _local_authorization(base: str) -> tuple[list[str], str]:
+    """Node flags for `raftsink local --authorization`: SASL on (the only way a local
+    client gets a principal other than User:ANONYMOUS without client certificates), one
+    bootstrap user `admin` with a fresh random password, `User:admin` the super user, ACL
+    checks on. The password is kept in base/admin.password (0600) for `raftsink acl
+    --sasl-password-file`. Returns (flags, password file)."""
+    import secrets
+
+    password = secrets.token_urlsafe(12)
+    path = os.path.join(base, "admin.password")
+    users = os.path.join(base, "bootstrap-users.txt")
+    for file, text in ((path, password), (users, f"{LOCAL_SUPER_USER}:{password}")):
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text + "\n")
+    flags = ["--sasl-enabled", "--sasl-bootstrap-users-file", users]
+    flags += ["--authorization-super-users", f"User:{LOCAL_SUPER_USER}"]
+    return flags, path
+
+
 def _cmd_local(args: argparse.Namespace) -> int:
     from sink.process_cluster import SinkProcessCluster
 
@@ -131,6 +156,11 @@ def _cmd_local(args: argparse.Namespace) -> int:
         credentials = tls_credentials(ca, cert, key)
         extra = ["--tls-ca-file", ca, "--tls-kafka", "--tls-kafka-client-auth", "required"]
         extra += ["--tls-read-api", "--tls-raft"]
+    password_file = ""
+    if args.authorization:
+        os.makedirs(base, exist_ok=True)
+        flags, password_file = _local_authorization(base)
+        extra += flags
     cluster = SinkProcessCluster(
         base,
         n=args.nodes,
@@ -138,6 +168,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
         extra_args=extra,
         read_api_credentials=credentials,
         processes_per_host=args.processes_per_host,
+        authorization=args.authorization,
     )
     if certs is not None:
         for i, node in cluster.nodes.items():
@@ -164,6 +195,18 @@ def _cmd_local(args: argparse.Namespace) -> int:
             "raftsink local: TLS everywhere; clients: security.protocol=ssl "
             f"ssl.ca.location={certs}/ca.pem ssl.certificate.location={certs}/client.pem "
             f"ssl.key.location={certs}/client.key",
+            file=sys.stderr,
+            flush=True,
+        )
+    if password_file:
+        with open(password_file) as f:
+            password = f.read().strip()
+        protocol = "sasl_ssl" if certs is not None else "sasl_plaintext"
+        print(
+            f"raftsink local: authorization ON (ACL checks); super user User:{LOCAL_SUPER_USER}"
+            f" (password in {password_file}); clients: security.protocol={protocol} "
+            f"sasl.mechanism=SCRAM-SHA-512 sasl.username={LOCAL_SUPER_USER} "
+            f"sasl.password={password}",
             file=sys.stderr,
             flush=True,
         )
@@ -485,6 +528,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="TLS on the Kafka listeners (client certificates), the read API and between "
         "nodes, with a throw-away CA in DATA_DIR/certs (scripts/make-certs.sh)",
+    )
+    p.add_argument(
+        "--authorization",
+        action="store_true",
+        help="ACL checks on (as `raftsink serve`), SASL SCRAM on the Kafka listeners, and a "
+        "super user `admin` whose password is printed and kept in DATA_DIR/admin.password",
     )
     p.set_defaults(func=_cmd_local)
 

@@ -93,16 +93,15 @@ def client_image(raftsink_image) -> str:
     return os.environ.get("RAFTSINK_CLIENT_IMAGE", "raftsink-client:dev")
 
 
-@pytest.fixture
-def container_cluster(request, raftsink_image):
-    """A started 3-node cluster with an elected leader; torn down after the test (logs of
-    every node are printed when the test failed)."""
+@contextlib.contextmanager
+def _started_cluster(request, image: str, **options):
+    """A started 3-node ContainerCluster with an elected leader, torn down afterwards (logs
+    of every node printed when starting or the test failed)."""
     from tests.containers.container_cluster import ContainerCluster
 
-    partitions = getattr(request, "param", None) or 3
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:
-        cluster = ContainerCluster(stack, raftsink_image, partitions=partitions)
+        cluster = ContainerCluster(stack, image, **options)
         try:
             cluster.start()
             leader = cluster.wait_leader(timeout=60)
@@ -116,3 +115,29 @@ def container_cluster(request, raftsink_image):
         if rep is None or rep.failed:
             for i in cluster.nodes:
                 sys.stderr.write(f"--- node {i} log tail ---\n{cluster.logs(i)}\n")
+
+
+@pytest.fixture
+def container_cluster(request, raftsink_image):
+    """A started 3-node cluster with an elected leader; torn down after the test."""
+    partitions = getattr(request, "param", None) or 3
+    with _started_cluster(request, raftsink_image, partitions=partitions) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def secure_container_cluster(request, raftsink_image, tmp_path):
+    """The secure variant (docker/compose.secure.yaml's settings): docker/make-secure.sh
+    makes its files into tmp_path/secure, as an operator runs it."""
+    from tests.containers.container_cluster import MAKE_SECURE
+
+    secure = tmp_path / "secure"
+    proc = subprocess.run(["bash", MAKE_SECURE, str(secure)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    if os.getuid() != 0:  # make-secure.sh hands the node files to uid 10001 only as root
+        for path in secure.glob("node*/*"):
+            path.chmod(0o644)
+        for path in secure.glob("node*"):
+            path.chmod(0o755)
+    with _started_cluster(request, raftsink_image, partitions=3, secure_dir=str(secure)) as c:
+        yield c

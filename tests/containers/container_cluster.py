@@ -10,6 +10,12 @@ Layout (see docs/docker.md):
   DROP rules inside one container's network namespace (`nsenter -t PID -n`), which cuts it
   off from the other nodes while the host can still reach its published ports.
 
+Secure variant (`secure_dir`, docs/docker.md): the settings of docker/secure.env (the
+compose file's secure variant reads the same file), node i mounting `secure_dir/node{i}`
+(docker/make-secure.sh's output) at /certs: TLS on every listener, SASL_SSL SCRAM-SHA-512,
+authorization on with the super user admin; status() then dials the read API with the
+client certificate.
+
 Cleanup: `ContainerCluster` is used through an ExitStack (network first, containers after,
 removed in reverse order); every step of the teardown runs even when an earlier one fails.
 """
@@ -33,6 +39,9 @@ from testcontainers.core.network import Network
 
 from sink.readapi import ReadApiClient
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SECURE_ENV = os.path.join(ROOT, "docker", "secure.env")
+MAKE_SECURE = os.path.join(ROOT, "docker", "make-secure.sh")
 RAFT_PORT, KAFKA_PORT, EXTERNAL_KAFKA_PORT, READ_API_PORT = 7001, 9092, 9093, 7101
 
 
@@ -48,6 +57,18 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """KEY=VALUE lines of a compose env_file (# comments, blank lines skipped)."""
+    env = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                key, _, value = line.partition("=")
+                env[key.strip()] = value.strip()
+    return env
 
 
 def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
@@ -70,8 +91,11 @@ class ContainerCluster:
         n: int = 3,
         partitions: int = 1,
         env: dict[str, str] | None = None,
+        secure_dir: str | None = None,
     ) -> None:
+        """secure_dir: docker/make-secure.sh's output: the secure variant (module doc)."""
         self.stack = stack
+        self.secure_dir = secure_dir
         self.image = image
         self.n = n
         ports = free_ports(2 * n)
@@ -89,8 +113,17 @@ class ContainerCluster:
             "RAFTSINK_DEFAULT_PARTITIONS": str(partitions),
             "RAFTSINK_LOG_LEVEL": "INFO",
             "RAFTSINK_AUTHORIZATION_ENABLED": "false",  # the plain cluster: no ACLs
+            **(read_env_file(SECURE_ENV) if secure_dir else {}),
             **(env or {}),
         }
+        self.read_api_credentials = None
+        if secure_dir:
+            from sink.readapi.client import tls_credentials
+
+            client = os.path.join(secure_dir, "client")
+            self.read_api_credentials = tls_credentials(
+                *(os.path.join(client, f) for f in ("ca.pem", "client.pem", "client.key"))
+            )
         self.network: Network | None = None
         self.nodes: dict[int, DockerContainer] = {}
         self.partitioned: set[int] = set()
@@ -123,6 +156,8 @@ class ContainerCluster:
                 .with_envs(**self.env, RAFTSINK_NODE_ID=str(i))
                 .with_name(f"raftsink-test-{self.network.name[:8]}-node{i}")
             )
+            if self.secure_dir:
+                c.with_volume_mapping(os.path.join(self.secure_dir, f"node{i}"), "/certs", "ro")
             # Fixed host ports on 127.0.0.1 (docker-py accepts (ip, port) tuples).
             c.ports[f"{EXTERNAL_KAFKA_PORT}/tcp"] = ("127.0.0.1", self.kafka_ports[i])
             c.ports[f"{READ_API_PORT}/tcp"] = ("127.0.0.1", self.read_ports[i])
@@ -189,7 +224,7 @@ class ContainerCluster:
     # -- status ----------------------------------------------------------------------
     def status(self, i: int, timeout: float = 2.0) -> dict | None:
         async def ask() -> dict | None:
-            client = ReadApiClient(self.read_api(i))
+            client = ReadApiClient(self.read_api(i), credentials=self.read_api_credentials)
             try:
                 return await client.status(timeout=timeout)
             except Exception:

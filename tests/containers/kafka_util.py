@@ -74,15 +74,17 @@ class AckingProducer:
 
 
 def consume_all(
-    bootstrap: str, topic: str, expected: dict[int, int], timeout: float = 60
+    bootstrap: str, topic: str, expected: dict[int, int], timeout: float = 60, **conf
 ) -> dict[int, list[tuple[int, bytes]]]:
-    """Every record of every partition from offset 0 up to the expected end offsets."""
+    """Every record of every partition from offset 0 up to the expected end offsets
+    (conf: more client settings, e.g. SASL_SSL)."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"check-{topic}",
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 100,
+            **conf,
         }
     )
     try:
