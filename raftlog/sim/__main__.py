@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             if res.groups > 1:
                 print(
                     f"  {res.groups} groups: {res.beats_sent} coalesced beat messages carried "
-                    f"{res.beat_rows_sent} beats; I8: {res.misrouted} misrouted, "
-                    f"{res.unknown_group_drops} dropped as not hosted"
+                    f"{res.beat_rows_sent} beats; {res.disk_rounds} disk rounds; "
+                    f"I8: {res.misrouted} misrouted, {res.unknown_group_drops} dropped as not hosted"
                 )
     if a.seed is None:
         print(f"seeds {seeds.start}..{seeds.stop - 1}: {len(seeds) - failed} ok, {failed} failed")

@@ -9,7 +9,9 @@ a node takes one Ready at a time, sends its early messages at once, and only
 after a random fsync delay persists it to its `MemoryStorage`, sends the other
 messages, applies committed entries and advances. A crash in between loses
 that Ready (unsynced writes) together with the in-memory state machine; a
-restart rebuilds the node from what was persisted.
+restart rebuilds the node from what was persisted. With many groups the fsync is
+the node's: one disk round at a time makes every group's pending Ready durable
+together, and a crash loses the round in flight for every group.
 
 Faults: message drop, duplication, random delay (hence reordering), network
 partitions, crashes/restarts, compaction (forcing InstallSnapshot), leader
@@ -124,6 +126,8 @@ class SimHost:
     up: bool = True
     gen: int = 0
     """Incremented on crash so stale tick/persist events are ignored."""
+    round_open: bool = False
+    """A disk round (one fsync for every group's pending Ready) is in flight."""
     replicas: dict[int, SimNode] = field(default_factory=dict)
     """gid -> this node's replica of that group, in gid order."""
 
@@ -153,6 +157,7 @@ class SimCluster:
         self.misrouted = 0
         self.beats_sent = 0
         self.beat_rows_sent = 0
+        self.disk_rounds = 0
         self._out: dict[int, list[Message]] = {}
         # incarnations come from their own stream so the fault schedule of a seed
         # does not depend on them
@@ -278,6 +283,7 @@ class SimCluster:
         self.log(f"CRASH {nid} (losing unsynced ready: {unsynced})")
         h.up = False
         h.gen += 1
+        h.round_open = False  # the round in flight is lost: its Readies were never synced
         self._out.pop(nid, None)  # coalesced beats not flushed yet die with the process
         for gid, sn in h.replicas.items():
             sn.node = None
@@ -440,7 +446,8 @@ class SimCluster:
 
     # -------------------------------------------------------------- readies
     def _pump(self, sn: SimNode) -> None:
-        """Take the next Ready if none is being persisted."""
+        """Take the replica's next Ready if none is being persisted; it joins its
+        node's disk round (one is started if none is in flight)."""
         node = sn.node
         if node is None or sn.pending is not None or not node.has_ready():
             return
@@ -448,10 +455,12 @@ class SimCluster:
         sn.pending = rd
         for m in rd.early_messages:
             self.send(m)
-        gen = self.hosts[sn.id].gen
-        self.schedule(
-            self.now + self.rng.randint(0, self.p.fsync_max), "persist", (sn.id, sn.gid, gen)
-        )
+        h = self.hosts[sn.id]
+        if not h.round_open:
+            h.round_open = True
+            self.schedule(
+                self.now + self.rng.randint(0, self.p.fsync_max), "persist", (sn.id, h.gen)
+            )
 
     def _after(self, sn: SimNode) -> None:
         if sn.node is not None:
@@ -508,12 +517,20 @@ class SimCluster:
             for sn in h.replicas.values():
                 self._after(sn)
         elif kind == "persist":
-            nid, gid, gen = payload
-            sn = self.gs[gid].nodes[nid]
-            if self.hosts[nid].gen != gen or sn.node is None or sn.pending is None:
+            # the node's disk round ends: ONE fsync makes every Ready taken so far
+            # durable, for all its groups (raftlog/storage DiskWriter rounds)
+            nid, gen = payload
+            h = self.hosts[nid]
+            if h.gen != gen or not h.up:
                 return
-            self.gs[gid].persist(sn)
-            self._after(sn)
+            h.round_open = False
+            done = [sn for sn in h.replicas.values() if sn.pending is not None]
+            if self.multi:
+                self.disk_rounds += 1
+            for sn in done:
+                self.gs[sn.gid].persist(sn)
+            for sn in done:
+                self._after(sn)
         elif kind == "flush":
             self._flush(payload)
         elif kind == "call":

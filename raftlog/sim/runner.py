@@ -52,6 +52,8 @@ class SimResult:
     """Coalesced heartbeat messages (Beats + BeatsResponse) sent."""
     beat_rows_sent: int = 0
     """Heartbeats and responses they carried."""
+    disk_rounds: int = 0
+    """Node disk rounds (one fsync each, covering every group's pending Ready)."""
 
 
 def params_for(seed: int, groups: int = 1) -> SimParams:
@@ -178,20 +180,25 @@ def run_seed(
                 f"liveness: {which}no leader/commit on all members within {LIVENESS_TICKS} "
                 f"ticks after healing\n{c.state()}"
             )
+        # group 0's leader's figures (the only group's with one group); with many
+        # groups group 0 may have lost its leader since it was seen live: then the
+        # highest of its replicas'
         ld = c.leader()
-        assert ld is not None and ld.node is not None
+        nodes = [ld.node] if ld is not None else [sn.node for sn in c.gs[0].nodes.values()]
+        live0 = [n for n in nodes if n is not None]
         return SimResult(
             seed=seed,
             params=params,
             end_time=c.now,
-            committed=ld.node.log.committed,
-            terms=ld.node.term,
+            committed=max(n.log.committed for n in live0),
+            terms=max(n.term for n in live0),
             liveness_ticks=(c.now - start) // TICK,
             groups=params.groups,
             unknown_group_drops=c.unknown_group_msgs + c.unknown_group_rows,
             misrouted=c.misrouted,
             beats_sent=c.beats_sent,
             beat_rows_sent=c.beat_rows_sent,
+            disk_rounds=c.disk_rounds,
         )
     except SimFailure as e:
         raise SimFailure(_report(seed, steps, c, str(e))) from None
