@@ -17,9 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, help="run one seed")
     ap.add_argument("--seeds", help="run a range lo:hi of seeds")
     ap.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="chaos-phase length in ticks")
-    ap.add_argument(
-        "--groups", type=int, default=1, help="Raft groups over the nodes (default 1)"
-    )
+    ap.add_argument("--groups", type=int, default=1, help="Raft groups over the nodes (default 1)")
     ap.add_argument("--verbose", action="store_true", help="print every event")
     a = ap.parse_args(argv)
     if a.seed is not None:

@@ -409,7 +409,9 @@ class SimCluster:
         others = sorted(set(self.hosts) - set(self.gs[m.group_id].nodes) - {m.src})
         if others and self.connected(m.src, dst := self.rng.choice(others)):
             self.misrouted += 1
-            self.schedule(self.now + self.rng.randint(1, self.p.max_delay), "msg", replace(m, dst=dst))
+            self.schedule(
+                self.now + self.rng.randint(1, self.p.max_delay), "msg", replace(m, dst=dst)
+            )
 
     def _flush(self, nid: int) -> None:
         """Node nid's held heartbeats leave coalesced: one message per peer (and identity)."""

@@ -119,6 +119,6 @@ def test_checker_catches_beats_stepped_into_the_wrong_group(monkeypatch):
         return out
 
     monkeypatch.setattr(cluster_mod, "expand", swapped)
-    with pytest.raises(SimFailure, match="liveness|safety|completeness|commit"):
+    with pytest.raises(SimFailure, match=r"liveness|safety|completeness|commit"):
         for seed in range(50):
             run_seed(seed, groups=8)
