@@ -2,7 +2,9 @@
 
 `harness.Cluster`: synchronous, hand-driven network for scenario tests.
 `cluster.SimCluster` + `runner.run_seed`: seeded chaos with invariant checks
-after every event. Replay: `python -m raftlog.sim --seed N [--steps K] [--verbose]`.
+after every event; with `SimParams.groups` > 1 many Raft groups share the nodes
+(faults per node, coalesced heartbeats, invariants per group; `group.SimGroup`).
+Replay: `python -m raftlog.sim --seed N [--steps K] [--groups G] [--verbose]`.
 """
 
 from raftlog.sim.cluster import SimCluster, SimParams

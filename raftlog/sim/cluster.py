@@ -9,7 +9,9 @@ a node takes one Ready at a time, sends its early messages at once, and only
 after a random fsync delay persists it to its `MemoryStorage`, sends the other
 messages, applies committed entries and advances. A crash in between loses
 that Ready (unsynced writes) together with the in-memory state machine; a
-restart rebuilds the node from what was persisted.
+restart rebuilds the node from what was persisted. With many groups the fsync is
+the node's: one disk round at a time makes every group's pending Ready durable
+together, and a crash loses the round in flight for every group.
 
 Faults: message drop, duplication, random delay (hence reordering), network
 partitions, crashes/restarts, compaction (forcing InstallSnapshot), leader
@@ -19,11 +21,30 @@ record), or its log from some index on (a lost suffix, or a damaged range in the
 middle of which only the intact prefix is kept). With `identity` on, a node whose
 storage lost anything restarts under a new incarnation, as the real storage layer
 does (raftlog/storage/identity.py), and must be re-admitted before it votes.
+
+Many groups (`SimParams.groups` > 1, `python -m raftlog.sim --groups G`): every
+node hosts a replica of each group placed on it (group g on `voters + spares`
+consecutive nodes from node g mod N, round robin, so with `extra_nodes` > 0 a node
+hosts only some groups). Faults stay per NODE, as on a real machine: a crash stops
+every replica on the node and loses each one's unsynced Ready, a partition cuts
+node pairs for all groups, a storage loss damages every group's storage on the
+node (which then restarts under one new incarnation). A node ticks all its
+replicas together; their heartbeats and heartbeat responses leave through the
+real coalescer (`raftlog.transport.beats.coalesce`: one Beats/BeatsResponse per
+peer per flush), travel as ONE network message (dropped, duplicated, delayed as a
+whole), are packed and unpacked with the wire codec and expanded with
+`beats.expand` on arrival, exactly as `raftlog/runtime/host.py` does. A message
+or a beat row for a group the receiving node does not host is dropped and counted
+(I8, `unknown_group_msgs` / `unknown_group_rows`), never delivered; the
+`misroute` fault sends such messages on purpose.
+
+Invariants with one group, kept byte for byte: with `groups == 1` the random
+streams, the event order and the trace are those of the single-group simulator
+(nothing draws from the seed's random stream only because groups exist).
 """
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import random
 from collections import deque
@@ -31,20 +52,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from raftlog.core import (
-    AppendEntries,
-    Membership,
-    MemoryStorage,
-    Message,
-    ProposalDroppedError,
-    RaftConfig,
-    RawNode,
-    RawNotLeaderError,
-    Ready,
-    Role,
-)
-from raftlog.entry import EntryType, HardState, LogEntry
+from raftlog.core import AppendEntries, MemoryStorage, Message, MsgType, RaftConfig, RawNode
+from raftlog.entry import EntryType, HardState
+from raftlog.sim.group import SimGroup, SimNode
 from raftlog.sim.invariants import Checker
+from raftlog.transport.beats import (
+    COALESCED_KINDS,
+    Beats,
+    BeatsResponse,
+    coalesce,
+    expand,
+    pack_rows,
+    unpack_rows,
+)
 
 TICK = 10
 """Simulated time units per Raft tick."""
@@ -81,31 +101,41 @@ class SimParams:
     """The storage-loss kinds chaos picks from (SimCluster.LOSS_KINDS). The default keeps
     the seeds' random streams of before middle_and_vote; tests/sim/test_sim_storage_loss.py
     adds it."""
+    groups: int = 1
+    """Raft groups (1: the single-group simulator, unchanged)."""
+    extra_nodes: int = 0
+    """With groups > 1: nodes beyond one group's voters + spares, so each node hosts
+    only the groups placed on it."""
+    misroute: float = 0.0
+    """With groups > 1: probability that a sent message also goes to a node that does
+    not host its group (or that a coalesced beat gains a row for such a group): I8."""
+    coalesce: bool = True
+    """With groups > 1: heartbeats travel coalesced per node pair (transport/beats.py)."""
 
 
-def _digest(prev: bytes, e: LogEntry) -> bytes:
-    h = hashlib.blake2b(prev, digest_size=8)
-    h.update(f"{e.index}:{e.term}:{int(e.type)}:".encode())
-    h.update(e.data)
-    return h.digest()
+_BEAT_KINDS = (MsgType.HEARTBEAT, MsgType.HEARTBEAT_RESP)
 
 
 @dataclass
-class SimNode:
-    id: int
-    cfg: RaftConfig
-    storage: MemoryStorage = field(default_factory=MemoryStorage)
-    node: RawNode | None = None
-    pending: Ready | None = None
-    gen: int = 0
-    """Incremented on crash so stale persist events are ignored."""
-    applied: int = 0
-    digest: bytes = b""
-    applied_data: list[bytes] = field(default_factory=list)
+class SimHost:
+    """A simulated machine: up or down as a whole, with a replica of each group placed on it."""
 
-    @property
-    def alive(self) -> bool:
-        return self.node is not None
+    id: int
+    incarnation: int = 0
+    """The node's storage incarnation, shared by all its groups (0: identity off)."""
+    up: bool = True
+    gen: int = 0
+    """Incremented on crash so stale tick/persist events are ignored."""
+    round_open: bool = False
+    """A disk round (one fsync for every group's pending Ready) is in flight."""
+    replicas: dict[int, SimNode] = field(default_factory=dict)
+    """gid -> this node's replica of that group, in gid order."""
+
+
+def placement(gid: int, hosts: int, size: int) -> list[int]:
+    """Node ids of group gid's replicas: `size` consecutive nodes from gid mod hosts
+    (round robin, so replicas and the first voter, a likely leader, spread)."""
+    return [(gid + k) % hosts + 1 for k in range(size)]
 
 
 class SimCluster:
@@ -116,36 +146,91 @@ class SimCluster:
         self.now = 0
         self._seq = 0
         self._events: list[tuple[int, int, str, Any]] = []
-        self.check = Checker()
         self.trace: deque[str] = deque(maxlen=trace_len)
         self.verbose = False
-        self.nodes: dict[int, SimNode] = {}
-        self.groups: list[set[int]] | None = None  # partition, None = healed
-        self.proposed = 0
-        self.reads = 0
+        self.cut: list[set[int]] | None = None  # partition, None = healed
         self.losses = 0
+        self.multi = params.groups > 1
+        # I8 and coalescing counters (multi-group only)
+        self.unknown_group_msgs = 0
+        self.unknown_group_rows = 0
+        self.misrouted = 0
+        self.beats_sent = 0
+        self.beat_rows_sent = 0
+        self.disk_rounds = 0
+        self._out: dict[int, list[Message]] = {}
         # incarnations come from their own stream so the fault schedule of a seed
         # does not depend on them
         self._inc_rng = random.Random(f"incarnations-{seed}")
-        ids = range(1, params.voters + params.spares + 1)
-        voters = tuple(range(1, params.voters + 1))
-        for i in ids:
-            cfg = RaftConfig(
-                id=i,
-                peers=voters if i in voters else (),
-                election_tick=params.election_tick,
-                heartbeat_tick=params.heartbeat_tick,
-                pre_vote=params.pre_vote,
-                check_quorum=params.check_quorum,
-                max_msg_bytes=params.max_msg_bytes,
-                max_inflight_msgs=params.max_inflight_msgs,
-                max_inflight_bytes=params.max_inflight_bytes,
-                snapshot_chunk_bytes=params.snapshot_chunk_bytes,
-                incarnation=self._new_incarnation() if params.identity else 0,
-            )
-            sn = SimNode(i, cfg)
-            self.nodes[i] = sn
-            self._start(sn)
+        size = params.voters + params.spares
+        n_hosts = size + (params.extra_nodes if self.multi else 0)
+        self.hosts: dict[int, SimHost] = {}
+        for i in range(1, n_hosts + 1):
+            inc = self._new_incarnation() if params.identity else 0
+            self.hosts[i] = SimHost(i, inc)
+        self.gs: list[SimGroup] = []
+        for g in range(params.groups):
+            grp = SimGroup(self, g, tag=f"g{g}:".encode() if self.multi else b"")
+            ids = placement(g, n_hosts, size)
+            voters = tuple(ids[: params.voters])
+            for i in ids:
+                cfg = RaftConfig(
+                    id=i,
+                    peers=voters if i in voters else (),
+                    election_tick=params.election_tick,
+                    heartbeat_tick=params.heartbeat_tick,
+                    pre_vote=params.pre_vote,
+                    check_quorum=params.check_quorum,
+                    max_msg_bytes=params.max_msg_bytes,
+                    max_inflight_msgs=params.max_inflight_msgs,
+                    max_inflight_bytes=params.max_inflight_bytes,
+                    snapshot_chunk_bytes=params.snapshot_chunk_bytes,
+                    group_id=g,
+                    incarnation=self.hosts[i].incarnation,
+                )
+                grp.nodes[i] = SimNode(i, cfg, gid=g)
+            self.gs.append(grp)
+        for h in self.hosts.values():
+            h.replicas = {g.gid: g.nodes[h.id] for g in self.gs if h.id in g.nodes}
+            self._start(h)
+
+    # ---------------------------------------------- the single-group view
+    # With one group (the classic simulator and its tests) the cluster reads as
+    # that group: nodes, check, leader() and the client actions are group 0's.
+    @property
+    def nodes(self) -> dict[int, SimNode]:
+        return self.gs[0].nodes
+
+    @property
+    def check(self) -> Checker:
+        return self.gs[0].check
+
+    @property
+    def groups(self) -> list[set[int]] | None:
+        """The current partition (kept under its old name for callers)."""
+        return self.cut
+
+    def leader(self) -> SimNode | None:
+        return self.gs[0].leader()
+
+    def pick(self) -> SimGroup:
+        """The group a client action targets: a random one (no draw with one group)."""
+        return self.gs[0] if not self.multi else self.rng.choice(self.gs)
+
+    def propose(self, data: bytes | None = None) -> bool:
+        return self.pick().propose(data)
+
+    def read(self) -> None:
+        self.pick().read()
+
+    def transfer(self) -> None:
+        self.pick().transfer()
+
+    def compact(self) -> None:
+        self.pick().compact()
+
+    def reconfigure(self) -> None:
+        self.pick().reconfigure()
 
     # ------------------------------------------------------------ utilities
     def log(self, s: str) -> None:
@@ -158,49 +243,67 @@ class SimCluster:
         self._seq += 1
         heapq.heappush(self._events, (at, self._seq, kind, payload))
 
-    def live(self) -> list[SimNode]:
-        return [n for n in self.nodes.values() if n.node is not None]
+    def live(self) -> list[SimHost]:
+        return [h for h in self.hosts.values() if h.up]
 
-    def leader(self) -> SimNode | None:
-        best = None
-        for n in self.live():
-            if n.node.role is Role.LEADER and (best is None or n.node.term > best.node.term):  # type: ignore[union-attr]
-                best = n
-        return best
+    def leader_host(self) -> SimHost | None:
+        """The node leading the most groups (ties: the lowest id); None if none leads."""
+        counts: dict[int, int] = {}
+        for g in self.gs:
+            ld = g.leader()
+            if ld is not None:
+                counts[ld.id] = counts.get(ld.id, 0) + 1
+        if not counts:
+            return None
+        best = max(sorted(counts), key=lambda i: counts[i])
+        return self.hosts[best]
 
     # ------------------------------------------------------------ lifecycle
-    def _start(self, sn: SimNode) -> None:
-        st = sn.storage
-        snap = st.snapshot
-        if snap.data:
-            idx, dig = snap.data.split(b":", 1)
-            sn.applied, sn.digest = int(idx), bytes.fromhex(dig.decode())
-        else:
-            sn.applied, sn.digest = snap.meta.index, b""
-        cfg = replace(sn.cfg, applied=sn.applied)
-        sn.node = RawNode(cfg, st, random.Random(self.rng.random()), st.hard_state)
-        sn.pending = None
+    def _start(self, h: SimHost) -> None:
+        h.up = True
+        for sn in h.replicas.values():
+            st = sn.storage
+            snap = st.snapshot
+            if snap.data:
+                idx, dig = snap.data.split(b":", 1)
+                sn.applied, sn.digest = int(idx), bytes.fromhex(dig.decode())
+            else:
+                sn.applied, sn.digest = snap.meta.index, b""
+            cfg = replace(sn.cfg, applied=sn.applied)
+            sn.node = RawNode(cfg, st, random.Random(self.rng.random()), st.hard_state)
+            sn.pending = None
         # first tick at a random phase so nodes' clocks are not aligned
-        self.schedule(self.now + self.rng.randrange(1, TICK + 1), "tick", (sn.id, sn.gen))
+        self.schedule(self.now + self.rng.randrange(1, TICK + 1), "tick", (h.id, h.gen))
 
     def crash(self, nid: int) -> None:
-        sn = self.nodes[nid]
-        if sn.node is None:
+        h = self.hosts[nid]
+        if not h.up:
             return
-        self.log(f"CRASH {nid} (losing unsynced ready: {sn.pending is not None})")
-        sn.node = None
-        sn.pending = None
-        sn.gen += 1
-        self.check.on_crash(nid)
+        unsynced = any(sn.pending is not None for sn in h.replicas.values())
+        self.log(f"CRASH {nid} (losing unsynced ready: {unsynced})")
+        h.up = False
+        h.gen += 1
+        h.round_open = False  # the round in flight is lost: its Readies were never synced
+        self._out.pop(nid, None)  # coalesced beats not flushed yet die with the process
+        for gid, sn in h.replicas.items():
+            sn.node = None
+            sn.pending = None
+            self.gs[gid].check.on_crash(nid)
 
     def restart(self, nid: int) -> None:
-        sn = self.nodes[nid]
-        if sn.node is not None:
+        h = self.hosts[nid]
+        if h.up:
             return
-        self._start(sn)
-        self.log(f"RESTART {nid}: {sn.node}")
-        self.check.on_restart(nid, sn.node)  # type: ignore[arg-type]
-        self.check.on_digest(nid, sn.applied, sn.digest) if sn.applied else None
+        self._start(h)
+        if self.multi:
+            self.log(f"RESTART {nid}: {len(h.replicas)} groups")
+        else:
+            self.log(f"RESTART {nid}: {h.replicas[0].node}")
+        for gid, sn in h.replicas.items():
+            check = self.gs[gid].check
+            check.on_restart(nid, sn.node)  # type: ignore[arg-type]
+            if sn.applied:
+                check.on_digest(nid, sn.applied, sn.digest)
 
     def _new_incarnation(self) -> int:
         return self._inc_rng.randrange(1, 2**63)
@@ -212,13 +315,26 @@ class SimCluster:
     with the index (hence the vote record and the commit checkpoint) lost too."""
 
     def lose_storage(self, nid: int, kind: str) -> bool:
-        """Crash `nid` and damage its storage (`kind` in LOSS_KINDS); it stays down
-        until restarted. Returns False (and does nothing) when no entry's survival
-        could be guaranteed: see `_loss_allowed`."""
-        sn = self.nodes[nid]
-        if not self._loss_allowed(nid):
+        """Crash `nid` and damage its storage (`kind` in LOSS_KINDS) for every group
+        on it; it stays down until restarted. Returns False (and does nothing) when
+        some group could not vouch for its data: see `SimGroup.loss_allowed`."""
+        h = self.hosts[nid]
+        if not all(self.gs[gid].loss_allowed(nid) for gid in h.replicas):
             return False
         self.crash(nid)
+        for sn in h.replicas.values():
+            self._damage(sn, kind)
+        if self.p.identity:
+            h.incarnation = self._new_incarnation()
+            for sn in h.replicas.values():
+                sn.cfg = replace(sn.cfg, incarnation=h.incarnation)
+        self.losses += 1
+        for gid in h.replicas:
+            self.gs[gid].check.on_storage_loss(nid)
+        self.log(f"LOSE {kind} of {nid} (new incarnation {h.incarnation})")
+        return True
+
+    def _damage(self, sn: SimNode, kind: str) -> None:
         st = sn.storage
         if kind == "all":
             sn.storage = MemoryStorage()
@@ -241,45 +357,29 @@ class SimCluster:
                     hs = HardState()
                 st.hard_state = HardState(hs.term, hs.vote, min(hs.commit, st.last_index()))
         sn.applied, sn.digest = 0, b""
-        if self.p.identity:
-            sn.cfg = replace(sn.cfg, incarnation=self._new_incarnation())
-        self.losses += 1
-        self.check.on_storage_loss(nid)
-        self.log(f"LOSE {kind} of {nid} (new incarnation {sn.cfg.incarnation})")
-        return True
-
-    def _loss_allowed(self, nid: int) -> bool:
-        """A loss must leave the cluster able to vouch for its data: at most one
-        voter at a time is a replacement. So: a live leader exists whose newest
-        configuration is committed and records, for every other voter, the
-        incarnation that voter now has (no replacement still catching up)."""
-        if not self.p.identity:
-            return True
-        ld = self.leader()
-        if ld is None or ld.node is None:
-            return False
-        node = ld.node
-        m = node.membership
-        if node.pending_conf_index > node.log.committed:
-            return False
-        if nid in m.voters and len(m.voters) - 1 < len(m.voters) // 2 + 1:
-            return False  # 1 or 2 voters: the others cannot outvote the loss
-        for v in m.voters:
-            if v == nid:
-                continue
-            if m.incarnation_of(v) != self.nodes[v].cfg.incarnation:
-                return False
-        return True
 
     # ------------------------------------------------------------- network
     def connected(self, a: int, b: int) -> bool:
-        if self.groups is None:
+        if self.cut is None:
             return True
-        return any(a in g and b in g for g in self.groups)
+        return any(a in g and b in g for g in self.cut)
 
     def send(self, m: Message) -> None:
         if isinstance(m, AppendEntries) and m.entries:
-            self.check.check_entries(f"append {m.src}->{m.dst}", m.entries, m.prev_term)
+            grp = self.gs[m.group_id] if self.multi else self.gs[0]
+            grp.check.check_entries(f"append {m.src}->{m.dst}", m.entries, m.prev_term)
+        if self.multi and self.p.coalesce and m.type in _BEAT_KINDS:
+            # held for this node's flush, which runs after the events of this instant
+            # (as the host's flush runs after the groups woken in one loop iteration)
+            out = self._out.setdefault(m.src, [])
+            if not out:
+                self.schedule(self.now, "flush", m.src)
+            out.append(m)
+            return
+        self._transmit(m)
+
+    def _transmit(self, m: Message) -> None:
+        """One network message: partition, drop, duplication and delay apply to it whole."""
         p = self.p
         if not self.connected(m.src, m.dst) or self.rng.random() < p.drop:
             return
@@ -289,10 +389,67 @@ class SimCluster:
             if self.rng.random() < p.spike:
                 delay += self.rng.randint(1, 20 * TICK)
             self.schedule(self.now + delay, "msg", m)
+        if p.misroute and self.rng.random() < p.misroute:
+            self._misroute(m)
+
+    def _misroute(self, m: Message) -> None:
+        """I8 fault: a stale routing table. A Beats gains a row for a group its
+        destination does not host; any other message is also sent to a node that
+        does not host its group."""
+        if isinstance(m, Beats):
+            foreign = [g.gid for g in self.gs if m.dst not in g.nodes]
+            if foreign:
+                gid = self.rng.choice(foreign)
+                extra = replace(m, rows=[*m.rows, (gid, 1 + self.rng.randrange(9), 0, 0)])
+                self.misrouted += 1
+                self.schedule(self.now + self.rng.randint(1, self.p.max_delay), "msg", extra)
+            return
+        if m.type in COALESCED_KINDS:
+            return
+        others = sorted(set(self.hosts) - set(self.gs[m.group_id].nodes) - {m.src})
+        if others and self.connected(m.src, dst := self.rng.choice(others)):
+            self.misrouted += 1
+            self.schedule(
+                self.now + self.rng.randint(1, self.p.max_delay), "msg", replace(m, dst=dst)
+            )
+
+    def _flush(self, nid: int) -> None:
+        """Node nid's held heartbeats leave coalesced: one message per peer (and identity)."""
+        out = self._out.pop(nid, None)
+        if not out or not self.hosts[nid].up:
+            return
+        coalesced, other = coalesce(out, nid)
+        assert not other, "only beats are held for the flush"
+        self.beats_sent += len(coalesced)
+        self.beat_rows_sent += len(out)
+        for m in coalesced:
+            self._transmit(m)
+
+    def _deliver_beats(self, m: Beats | BeatsResponse) -> None:
+        """Unpack (wire codec) and expand a coalesced message; step each row into
+        its group's replica, dropping and counting rows for groups not hosted here."""
+        rows = unpack_rows(int(m.type), pack_rows(m), m.dst)
+        m = replace(m, rows=rows)  # type: ignore[arg-type]
+        self.trace.append(f"t={self.now} {m.src}->{m.dst} {type(m).__name__} rows={len(rows)}")
+        touched: dict[int, SimNode] = {}
+        for hb in expand(m):
+            sn = self._replica(hb.dst, hb.group_id)
+            if sn is None:
+                self.unknown_group_rows += 1
+                continue
+            sn.node.step(hb)  # type: ignore[union-attr]
+            touched[hb.group_id] = sn
+        for sn in touched.values():
+            self._after(sn)
+
+    def _replica(self, nid: int, gid: int) -> SimNode | None:
+        """Node nid's live replica of group gid, None if nid does not host gid (I8)."""
+        return self.hosts[nid].replicas.get(gid)
 
     # -------------------------------------------------------------- readies
     def _pump(self, sn: SimNode) -> None:
-        """Take the next Ready if none is being persisted."""
+        """Take the replica's next Ready if none is being persisted; it joins its
+        node's disk round (one is started if none is in flight)."""
         node = sn.node
         if node is None or sn.pending is not None or not node.has_ready():
             return
@@ -300,36 +457,17 @@ class SimCluster:
         sn.pending = rd
         for m in rd.early_messages:
             self.send(m)
-        self.schedule(self.now + self.rng.randint(0, self.p.fsync_max), "persist", (sn.id, sn.gen))
+        h = self.hosts[sn.id]
+        if not h.round_open:
+            h.round_open = True
+            self.schedule(
+                self.now + self.rng.randint(0, self.p.fsync_max), "persist", (sn.id, h.gen)
+            )
 
-    def _persist(self, sn: SimNode) -> None:
-        rd, node = sn.pending, sn.node
-        assert rd is not None and node is not None
-        st = sn.storage
-        if rd.snapshot is not None:
-            st.apply_snapshot(rd.snapshot)
-        st.append(rd.entries)
-        if rd.entries:
-            prev = st.term_at(rd.entries[0].index - 1)
-            self.check.check_entries(f"storage of {sn.id}", rd.entries, prev)
-        if rd.hard_state is not None:
-            st.set_hard_state(rd.hard_state)
-        for m in rd.messages:
-            self.send(m)
-        if rd.snapshot is not None:
-            idx, dig = rd.snapshot.data.split(b":", 1)
-            sn.applied, sn.digest = int(idx), bytes.fromhex(dig.decode())
-            self.check.on_digest(sn.id, sn.applied, sn.digest)
-        for e in rd.committed_entries:
-            if e.index != sn.applied + 1:
-                self.check.fail(f"node {sn.id} applies {e.index} after {sn.applied}")
-            sn.digest = _digest(sn.digest, e)
-            sn.applied = e.index
-            self.check.on_apply(sn.id, e, sn.digest)
-        for r in rd.read_states:
-            self.check.on_read_state(sn.id, r.index, r.context)
-        sn.pending = None
-        node.advance(rd)
+    def _after(self, sn: SimNode) -> None:
+        if sn.node is not None:
+            self._pump(sn)
+            self.gs[sn.gid].check.check_node(sn.id, sn.node)
 
     # --------------------------------------------------------------- driver
     def run_until(self, end: int, stop: Callable[[], bool] | None = None) -> bool:
@@ -347,169 +485,93 @@ class SimCluster:
     def _handle(self, kind: str, payload: Any) -> None:
         if kind == "msg":
             m: Message = payload
-            nid = m.dst
-            sn = self.nodes[nid]
-            if sn.node is None:
+            if not self.hosts[m.dst].up:
+                return
+            if m.type in COALESCED_KINDS:
+                self._deliver_beats(m)  # type: ignore[arg-type]
+                return
+            sn = self._replica(m.dst, m.group_id)
+            if sn is None:
+                self.unknown_group_msgs += 1  # I8: dropped and counted, never delivered
+                self.trace.append(f"t={self.now} {m.src}->{m.dst} DROP g{m.group_id} not hosted")
                 return
             if self.verbose:
                 self.log(f"{m.src}->{m.dst} {type(m).__name__} {_fmt(m)}")
             else:
                 self.trace.append(f"t={self.now} {m.src}->{m.dst} {type(m).__name__} {_fmt(m)}")
-            sn.node.step(m)
+            sn.node.step(m)  # type: ignore[union-attr]
+            self._after(sn)
         elif kind == "tick":
             nid, gen = payload
-            sn = self.nodes[nid]
-            if sn.gen != gen or sn.node is None:
+            h = self.hosts[nid]
+            if h.gen != gen or not h.up:
                 return
-            before = sn.node.role
-            sn.node.tick()
-            if sn.node.role is not before:
-                self.log(f"{nid} {before.value} -> {sn.node}")
+            # every replica of the node ticks at the same instant (one host tick loop)
+            for sn in h.replicas.values():
+                node = sn.node
+                assert node is not None
+                before = node.role
+                node.tick()
+                if node.role is not before:
+                    g = f"g{sn.gid} " if self.multi else ""
+                    self.log(f"{g}{nid} {before.value} -> {node}")
             self.schedule(self.now + TICK, "tick", (nid, gen))
+            for sn in h.replicas.values():
+                self._after(sn)
         elif kind == "persist":
+            # the node's disk round ends: ONE fsync makes every Ready taken so far
+            # durable, for all its groups (raftlog/storage DiskWriter rounds)
             nid, gen = payload
-            sn = self.nodes[nid]
-            if sn.gen != gen or sn.node is None or sn.pending is None:
+            h = self.hosts[nid]
+            if h.gen != gen or not h.up:
                 return
-            self._persist(sn)
+            h.round_open = False
+            done = [sn for sn in h.replicas.values() if sn.pending is not None]
+            if self.multi:
+                self.disk_rounds += 1
+            for sn in done:
+                self.gs[sn.gid].persist(sn)
+            for sn in done:
+                self._after(sn)
+        elif kind == "flush":
+            self._flush(payload)
         elif kind == "call":
             payload()
-            return
         else:  # pragma: no cover
             raise ValueError(kind)
-        sn = self.nodes[nid]
-        if sn.node is not None:
-            self._pump(sn)
-            self.check.check_node(sn.id, sn.node)
 
     def after_local_call(self, sn: SimNode) -> None:
-        if sn.node is not None:
-            self._pump(sn)
-            self.check.check_node(sn.id, sn.node)
-
-    # -------------------------------------------------------- client actions
-    def propose(self, data: bytes | None = None) -> bool:
-        ld = self.leader()
-        if ld is None:
-            return False
-        self.proposed += 1
-        data = data if data is not None else f"v{self.proposed}".encode()
-        try:
-            idx = ld.node.propose(data)  # type: ignore[union-attr]
-        except (RawNotLeaderError, ProposalDroppedError):
-            return False
-        self.log(f"PROPOSE {data!r} at {ld.id} -> {idx}")
-        self.after_local_call(ld)
-        return True
-
-    def read(self) -> None:
-        live = self.live()
-        if not live:
-            return
-        sn = self.rng.choice(live)
-        self.reads += 1
-        ctx = f"r{self.reads}".encode()
-        try:
-            sn.node.read_index(ctx)  # type: ignore[union-attr]
-        except RawNotLeaderError:
-            return
-        self.check.on_read_request(ctx)
-        self.after_local_call(sn)
-
-    def transfer(self) -> None:
-        ld = self.leader()
-        if ld is None:
-            return
-        voters = sorted(ld.node.membership.voters - {ld.id})  # type: ignore[union-attr]
-        if not voters:
-            return
-        target = self.rng.choice(voters)
-        self.log(f"TRANSFER {ld.id} -> {target}")
-        ld.node.transfer_leader(target)  # type: ignore[union-attr]
-        self.after_local_call(ld)
-
-    def compact(self) -> None:
-        live = [n for n in self.live() if n.pending is None]
-        if not live:
-            return
-        sn = self.rng.choice(live)
-        node = sn.node
-        assert node is not None
-        idx = sn.applied
-        if idx <= sn.storage.snapshot.meta.index or idx > node.log.stable_last():
-            return
-        snap = node.compact(idx, f"{idx}:{sn.digest.hex()}".encode())
-        sn.storage.compact(snap)
-        self.log(f"COMPACT {sn.id} at {idx}")
-
-    def reconfigure(self) -> None:
-        ld = self.leader()
-        if ld is None:
-            return
-        node = ld.node
-        assert node is not None
-        m = node.membership
-        outside = sorted(set(self.nodes) - m.members())
-        choices: list[Membership] = []
-        if outside:
-            choices.append(m.add_learner(self.rng.choice(outside)))
-        # like an operator reading `raftsink status`: promote only a learner the
-        # membership knows by the storage it has now (a learner that lost its
-        # storage unnoticed would make a configuration nobody can commit)
-        promotable = sorted(
-            i
-            for i in m.learners
-            if not self.p.identity or m.incarnation_of(i) == self.nodes[i].cfg.incarnation
-        )
-        if promotable:
-            choices.append(m.add_voter(self.rng.choice(promotable)))
-        if len(m.voters) > 3:
-            choices.append(m.remove(self.rng.choice(sorted(m.voters))))
-        if m.learners:
-            choices.append(m.remove(self.rng.choice(sorted(m.learners))))
-        if not choices:
-            return
-        new = self.rng.choice(choices)
-        try:
-            node.propose_membership(new)
-        except (ProposalDroppedError, RawNotLeaderError):
-            return
-        self.log(f"RECONFIG at {ld.id}: {m} -> {new}")
-        self.after_local_call(ld)
+        self._after(sn)
 
     # --------------------------------------------------------------- faults
     def partition(self) -> None:
-        ids = list(self.nodes)
+        ids = list(self.hosts)
         self.rng.shuffle(ids)
         k = self.rng.randint(1, len(ids) - 1) if len(ids) > 1 else 1
-        self.groups = [set(ids[:k]), set(ids[k:])]
-        self.log(f"PARTITION {self.groups}")
+        self.cut = [set(ids[:k]), set(ids[k:])]
+        self.log(f"PARTITION {self.cut}")
 
     def isolate_leader(self) -> None:
-        """Partition the leader with a random minority (possibly alone)."""
-        ld = self.leader()
+        """Partition the leader (with many groups: the node leading the most) with a
+        random minority (possibly alone)."""
+        ld = self.leader_host()
         if ld is None:
             self.partition()
             return
-        others = [i for i in self.nodes if i != ld.id]
+        others = [i for i in self.hosts if i != ld.id]
         self.rng.shuffle(others)
-        k = self.rng.randint(0, max(0, (len(self.nodes) - 1) // 2 - 1))
+        k = self.rng.randint(0, max(0, (len(self.hosts) - 1) // 2 - 1))
         minority = {ld.id, *others[:k]}
-        self.groups = [minority, set(self.nodes) - minority]
-        self.log(f"PARTITION (leader) {self.groups}")
+        self.cut = [minority, set(self.hosts) - minority]
+        self.log(f"PARTITION (leader) {self.cut}")
 
     def heal(self) -> None:
-        if self.groups is not None:
+        if self.cut is not None:
             self.log("HEAL")
-        self.groups = None
+        self.cut = None
 
     def state(self) -> str:
-        return "\n".join(
-            f"  {sn.id}: {sn.node!r} applied={sn.applied} pending={sn.pending is not None}"
-            if sn.node
-            else f"  {sn.id}: down"
-            for sn in self.nodes.values()
-        )
+        return "\n".join(g.state() for g in self.gs)
 
 
 def _fmt(m: Message) -> str:
@@ -522,4 +584,4 @@ def _fmt(m: Message) -> str:
     return " ".join(f"{k}={v}" for k, v in d.items())
 
 
-__all__ = ["TICK", "EntryType", "SimCluster", "SimNode", "SimParams"]
+__all__ = ["TICK", "EntryType", "SimCluster", "SimHost", "SimNode", "SimParams", "placement"]

@@ -16,12 +16,16 @@ Each check is incremental so it can run after every step:
     restart it is at most the highest commit index ever observed.
   * read linearizability: a ReadIndex answer is >= every commit index observed
     before the read was requested.
+  * I1 group isolation (with several groups, one Checker per group): every DATA
+    entry written, sent or applied in group g carries g's tag, i.e. was proposed
+    in g. This catches entries crossing groups (e.g. a transport cache keyed
+    without the group id).
 """
 
 from __future__ import annotations
 
 from raftlog.core import RawNode, Role
-from raftlog.entry import LogEntry
+from raftlog.entry import EntryType, LogEntry
 
 
 class InvariantViolation(AssertionError):
@@ -29,7 +33,11 @@ class InvariantViolation(AssertionError):
 
 
 class Checker:
-    def __init__(self) -> None:
+    def __init__(self, group: int | None = None, tag: bytes = b"") -> None:
+        self.group = group
+        """The group checked (None: the only one; failures then name no group)."""
+        self.tag = tag
+        """Prefix of every DATA payload proposed in this group (b"": I1 off)."""
         self.leaders: dict[int, int] = {}
         self.entries: dict[tuple[int, int], tuple[int, bytes, int]] = {}
         self.committed: dict[int, int] = {}  # index -> term
@@ -41,7 +49,15 @@ class Checker:
         self.read_floor: dict[bytes, int] = {}
 
     def fail(self, msg: str) -> None:
-        raise InvariantViolation(msg)
+        raise InvariantViolation(msg if self.group is None else f"group {self.group}: {msg}")
+
+    def _check_isolation(self, where: str, e: LogEntry) -> None:
+        """I1: a DATA entry of this group's log was proposed in this group."""
+        if e.type is EntryType.DATA and e.data and not e.data.startswith(self.tag):
+            self.fail(
+                f"group isolation: {where} has {e.data!r} at ({e.index}, {e.term}), "
+                f"not proposed in this group (tag {self.tag!r})"
+            )
 
     # per-event check of one node --------------------------------------------
     def check_node(self, nid: int, node: RawNode) -> None:
@@ -74,6 +90,8 @@ class Checker:
         """
         pt = prev_term if prev_term is not None else -1
         for e in entries:
+            if self.tag:
+                self._check_isolation(where, e)
             key = (e.index, e.term)
             val = (int(e.type), e.data, pt)
             seen = self.entries.setdefault(key, val)
@@ -136,6 +154,8 @@ class Checker:
 
     # state machine -------------------------------------------------------------
     def on_apply(self, nid: int, e: LogEntry, digest: bytes) -> None:
+        if self.tag:
+            self._check_isolation(f"node {nid} applied", e)
         seen = self.applied.setdefault(e.index, e)
         if seen != e:
             self.fail(f"state-machine safety: node {nid} applied {e} at {e.index}, others {seen}")

@@ -6,15 +6,25 @@ duplicates stop; within `LIVENESS_TICKS` ticks a leader must be elected and a
 marker entry proposed in its term must be applied by every member of the
 cluster. Any invariant violation, exception or liveness timeout raises
 `SimFailure` whose message names the seed, the replay command and the trace tail.
+
+With `groups` > 1 (G Raft groups over the same nodes): faults hit nodes (every
+group on them), client actions pick groups at random (1 + G // 16 proposals per
+propose action, so a 64-group run carries traffic in many groups), and liveness
+(I4) holds per group: every group, each with its own marker, must commit and
+apply it on all its members within `LIVENESS_TICKS` ticks of the heal; the
+multi-group check runs once per tick (with one group after every event, as
+before, which keeps one-group seeds' traces unchanged).
 """
 
 from __future__ import annotations
 
 import random
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from raftlog.sim.cluster import TICK, SimCluster, SimParams
+from raftlog.sim.group import SimGroup
 
 DEFAULT_STEPS = 200
 LIVENESS_TICKS = 400
@@ -32,12 +42,24 @@ class SimResult:
     committed: int
     terms: int
     liveness_ticks: int
+    """Ticks from the heal until every group was live (I4)."""
+    groups: int = 1
+    unknown_group_drops: int = 0
+    """I8: messages and beat rows for groups their node does not host, dropped."""
+    misrouted: int = 0
+    """I8 faults injected (messages sent to a non-hosting node, rows added)."""
+    beats_sent: int = 0
+    """Coalesced heartbeat messages (Beats + BeatsResponse) sent."""
+    beat_rows_sent: int = 0
+    """Heartbeats and responses they carried."""
+    disk_rounds: int = 0
+    """Node disk rounds (one fsync each, covering every group's pending Ready)."""
 
 
-def params_for(seed: int) -> SimParams:
+def params_for(seed: int, groups: int = 1) -> SimParams:
     r = random.Random(f"params-{seed}")
     voters = r.choice([3, 3, 3, 3, 5, 5, 1])
-    return SimParams(
+    p = SimParams(
         voters=voters,
         spares=r.choice([0, 0, 1, 2]),
         pre_vote=r.random() < 0.85,
@@ -58,6 +80,15 @@ def params_for(seed: int) -> SimParams:
         # in tests/sim/test_sim_storage_loss.py turns it on without)
         storage_loss_weight=r.choice([0, 2, 6]) if identity else 0,
     )
+    if groups > 1:
+        # drawn after every one-group parameter, so those stay what they were
+        p = replace(
+            p,
+            groups=groups,
+            extra_nodes=r.choice([0, 1, 2, 3]),
+            misroute=r.choice([0.0, 0.01, 0.05]),
+        )
+    return p
 
 
 ACTIONS = (
@@ -83,7 +114,7 @@ def _chaos_action(c: SimCluster, r: random.Random) -> None:
     action = r.choices(names, weights)[0]
     if action == "crash":
         live = c.live()
-        ld = c.leader()
+        ld = c.leader_host()
         if ld is not None and r.random() < c.p.leader_bias:
             c.crash(ld.id)
         elif live:
@@ -91,20 +122,28 @@ def _chaos_action(c: SimCluster, r: random.Random) -> None:
     elif action == "partition" and r.random() < c.p.leader_bias:
         c.isolate_leader()
     elif action == "lose_storage":
-        c.lose_storage(r.choice(list(c.nodes)), r.choice(c.p.loss_kinds))
+        c.lose_storage(r.choice(list(c.hosts)), r.choice(c.p.loss_kinds))
     elif action == "restart":
-        down = [n for n in c.nodes.values() if not n.alive]
+        down = [h for h in c.hosts.values() if not h.up]
         if down:
             c.restart(r.choice(down).id)
+    elif action == "propose" and c.multi:
+        for _ in range(1 + c.p.groups // 16):
+            c.propose()
     else:
         getattr(c, action)()
 
 
 def run_seed(
-    seed: int, steps: int = DEFAULT_STEPS, verbose: bool = False, **overrides: object
+    seed: int,
+    steps: int = DEFAULT_STEPS,
+    verbose: bool = False,
+    groups: int = 1,
+    **overrides: object,
 ) -> SimResult:
-    """One run; `overrides` replace fields of the seed's SimParams (tests)."""
-    params = replace(params_for(seed), **overrides)  # type: ignore[arg-type]
+    """One run with `groups` Raft groups; `overrides` replace fields of the seed's
+    SimParams (tests)."""
+    params = replace(params_for(seed, groups), **overrides)  # type: ignore[arg-type]
     c: SimCluster | None = None
     try:
         c = SimCluster(seed, params)
@@ -123,48 +162,43 @@ def run_seed(
         # liveness phase
         c.log("QUIET: heal, restart all, no more faults")
         c.heal()
-        for n in list(c.nodes.values()):
-            if not n.alive:
-                c.restart(n.id)
-        params.drop = params.dup = params.spike = 0.0
+        for h in list(c.hosts.values()):
+            if not h.up:
+                c.restart(h.id)
+        params.drop = params.dup = params.spike = params.misroute = 0.0
         params.max_delay = min(params.max_delay, 6)
         start = c.now
-        marker: dict[int, tuple[int, int]] = {}
-
-        def live_enough() -> bool:
-            ld = c.leader()
-            if ld is None or ld.node is None:
-                return False
-            node = ld.node
-            if node.term not in marker:
-                try:
-                    idx = node.propose(f"marker-{node.term}".encode())
-                except Exception:
-                    return False
-                marker[node.term] = idx
-                c.after_local_call(ld)
-                return False
-            index, term = marker[node.term]
-            if node.log.term_at(index) != term or node.log.committed < index:
-                return False
-            members = node.membership.members()
-            return all(c.nodes[m].alive and c.nodes[m].applied >= index for m in members)
-
-        ok = c.run_until(start + LIVENESS_TICKS * TICK, live_enough)
+        markers = [Marker(c, g) for g in c.gs]
+        if c.multi:
+            ok = c.run_until(start + LIVENESS_TICKS * TICK, _every_tick(c, markers))
+        else:
+            ok = c.run_until(start + LIVENESS_TICKS * TICK, markers[0].done)
         if not ok:
+            late = [mk.g.gid for mk in markers if mk.at is None]
+            which = f"groups {late[:20]} of {len(markers)}: " if c.multi else ""
             raise SimFailure(
-                f"liveness: no leader/commit on all members within {LIVENESS_TICKS} ticks "
-                f"after healing\n{c.state()}"
+                f"liveness: {which}no leader/commit on all members within {LIVENESS_TICKS} "
+                f"ticks after healing\n{c.state()}"
             )
+        # group 0's leader's figures (the only group's with one group); with many
+        # groups group 0 may have lost its leader since it was seen live: then the
+        # highest of its replicas'
         ld = c.leader()
-        assert ld is not None and ld.node is not None
+        nodes = [ld.node] if ld is not None else [sn.node for sn in c.gs[0].nodes.values()]
+        live0 = [n for n in nodes if n is not None]
         return SimResult(
             seed=seed,
             params=params,
             end_time=c.now,
-            committed=ld.node.log.committed,
-            terms=ld.node.term,
+            committed=max(n.log.committed for n in live0),
+            terms=max(n.term for n in live0),
             liveness_ticks=(c.now - start) // TICK,
+            groups=params.groups,
+            unknown_group_drops=c.unknown_group_msgs + c.unknown_group_rows,
+            misrouted=c.misrouted,
+            beats_sent=c.beats_sent,
+            beat_rows_sent=c.beat_rows_sent,
+            disk_rounds=c.disk_rounds,
         )
     except SimFailure as e:
         raise SimFailure(_report(seed, steps, c, str(e))) from None
@@ -173,10 +207,70 @@ def run_seed(
         raise SimFailure(_report(seed, steps, c, f"{type(e).__name__}: {e}\n{tb}")) from e
 
 
+class Marker:
+    """I4 for one group: its leader proposes a marker in its term, and the group is
+    live once that marker is committed and applied by every member."""
+
+    def __init__(self, c: SimCluster, g: SimGroup) -> None:
+        self.c = c
+        self.g = g
+        self.by_term: dict[int, tuple[int, int]] = {}
+        self.at: int | None = None
+        """Time the group was first seen live (None: not yet)."""
+
+    def done(self) -> bool:
+        c, g = self.c, self.g
+        ld = g.leader()
+        if ld is None or ld.node is None:
+            return False
+        node = ld.node
+        if node.term not in self.by_term:
+            try:
+                idx = node.propose(g.tag + f"marker-{node.term}".encode())
+            except Exception:
+                return False
+            self.by_term[node.term] = idx
+            c.after_local_call(ld)
+            return False
+        index, term = self.by_term[node.term]
+        if node.log.term_at(index) != term or node.log.committed < index:
+            return False
+        members = node.membership.members()
+        if all(g.nodes[m].alive and g.nodes[m].applied >= index for m in members):
+            self.at = c.now
+            return True
+        return False
+
+
+def _every_tick(c: SimCluster, markers: list[Marker]) -> Callable[[], bool]:
+    """A stop condition checking the groups not yet live once per simulated tick
+    (checking G groups after every event would cost G times the events)."""
+    last = [-1]
+
+    def stop() -> bool:
+        tick = c.now // TICK
+        if tick == last[0]:
+            return False
+        last[0] = tick
+        pending = False
+        for mk in markers:
+            if mk.at is None and not mk.done():
+                pending = True
+        return not pending
+
+    return stop
+
+
+def replay_command(seed: int, steps: int, groups: int = 1) -> str:
+    g = f" --groups {groups}" if groups > 1 else ""
+    return f"python -m raftlog.sim --seed {seed} --steps {steps}{g} --verbose"
+
+
 def _report(seed: int, steps: int, c: SimCluster | None, why: str) -> str:
     tail = "\n".join(c.trace) if c is not None else ""
+    groups = c.p.groups if c is not None else 1
     return (
         f"simulation failed for seed={seed}: {why}\n"
-        f"replay: python -m raftlog.sim --seed {seed} --steps {steps} --verbose\n"
+        f"replay: {replay_command(seed, steps, groups)}\n"
         f"trace tail:\n{tail}"
     )
