@@ -197,9 +197,9 @@ class RawNode:
         self._soft_sent = SoftState(0, Role.FOLLOWER)
         # peer id -> (incarnation, IDENTITY_* flags) from its newest message
         self.peer_identity: dict[int, tuple[int, int]] = {}
-        # peer id -> the term of the message peer_identity holds: a replacement is
-        # decided only on what a node answered in the leader's own term, never on what
-        # it said long ago (its storage may have been replaced and admitted since)
+        # peer id -> the term peer_identity was heard in: a replacement is decided
+        # only on what a node said in the leader's own term, never on what it said
+        # long ago (its storage may have been replaced and admitted since)
         self._identity_term: dict[int, int] = {}
         self._config_history: list[tuple[int, Membership]] = self._load_config_history(reader)
         self.membership = self._config_history[-1][1]
@@ -690,10 +690,11 @@ class RawNode:
             self._step_candidate(m)
 
     def _note_identity(self, m: Message) -> None:
-        term = m.term or self.term  # (only a forwarded ReadIndex is term-less)
-        if term < self._identity_term.get(m.src, 0):
-            return  # a delayed message from before a newer one: not its newest storage
-        self._identity_term[m.src] = term
+        # The term it was said in, as far as this node can tell: a pre-vote carries
+        # its sender's next term (never more than ours counts: a leader acts on what
+        # was said in its own term), a forwarded ReadIndex none. Every message still
+        # updates the identity (it is what the progress below counts acks by).
+        self._identity_term[m.src] = min(m.term, self.term) if m.term else self.term
         self.peer_identity[m.src] = (m.incarnation, m.identity)
         pr = self.progress.get(m.src) if self.role is Role.LEADER else None
         if pr is not None and pr.incarnation != m.incarnation:

@@ -286,26 +286,30 @@ def test_a_leader_replaces_a_member_only_on_what_it_answered_in_this_term():
     """Sim seed 3873: a new leader still held what a peer had said long ago, from the
     storage it had before it lost its disk and was admitted under a new one; acting on
     it, the leader "replaced" the admitted node by its old incarnation (a learner that
-    could never be promoted) and the cluster stalled. Identity heard in an older term,
-    or a delayed message older than the newest, decides nothing."""
+    could never be promoted) and the cluster stalled. Identity heard in an older term
+    decides nothing."""
     c, lead = _founded(seed=7)
     f1 = next(i for i in (1, 2, 3) if i != lead)
     node = c.node(lead)
-    recorded = node.membership.incarnation_of(f1)
     # what f1 said in an earlier term, from another storage
     node.peer_identity[f1] = (4242, IDENTITY_SEALED)
     node._identity_term[f1] = node.term - 1
     assert node.identity_change() is None
-    # a delayed message older than the newest one heard does not overwrite it
-    node._identity_term[f1] = node.term + 1
-    node.peer_identity[f1] = (recorded, IDENTITY_SEALED)
+    # a pre-vote carries its sender's next term: it was still said in ours at most
     node.step(
-        HeartbeatResponse(
-            src=f1, dst=lead, term=node.term, context=0, incarnation=4242, identity=IDENTITY_SEALED
+        RequestVote(
+            src=f1,
+            dst=lead,
+            term=node.term + 1,
+            last_index=0,
+            last_term=0,
+            pre_vote=True,
+            incarnation=4242,
+            identity=IDENTITY_SEALED,
         )
     )
-    assert node.peer_identity[f1][0] == recorded
-    node._identity_term[f1] = node.term
+    assert node._identity_term[f1] == node.term
+    node._identity_term[f1] = node.term - 1
     # answered from new storage in this term: that is a replacement
     node.step(
         HeartbeatResponse(
