@@ -1,8 +1,12 @@
 """SinkService: the Kafka-facing backend over one Raft group.
 
 Turns Kafka operations into Raft commands and answers from the applied
-SinkStateMachine. Leadership model: the Kafka leader of every partition is
-the Raft leader; leader_epoch is the Raft term (only rises).
+SinkStateMachine. Leadership model: one Raft group (group 0) owns every
+partition and is also the controller, so role(topic, partition) answers the
+same group for every partition: leader = the Raft leader, leader_epoch = the
+Raft term (only rises), replicas = ISR = the voters. The handlers ask role()
+for partition questions and the Controller methods (is_leader, leader_id, ...)
+for cluster-wide ones, so a group per partition changes this class, not them.
 
 Ordering: produce() proposes synchronously in call order (the node's apply
 coroutines are started as tasks in creation order, and asyncio runs ready
@@ -36,6 +40,7 @@ from raftlog.runtime import (
     RaftNode,
 )
 from sink.groups import GroupOptions, GroupRuntime
+from sink.kafka.handlers.services import PartitionRole
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import BatchHeader
 from sink.lifecycle.sequence_gaps import SequenceGaps
@@ -247,6 +252,38 @@ class SinkService:
             return None
         host, port = self.brokers[lead]
         return lead, host, port
+
+    # ------------------------------------------------------- partition roles
+
+    GROUP = 0
+    """The one Raft group: it owns every partition and is the controller."""
+
+    def role(self, topic: str, partition: int) -> PartitionRole:
+        """The partition's leadership (PartitionRoles): group 0's, for every partition.
+
+        replicas = the group's voters. isr = the voters too: raftlog's public surface
+        does not say which voters the leader heard from lately (its progress'
+        recent_active is internal), and match alone would drop a follower that is a
+        few entries behind under load, which Kafka's time-based ISR does not;
+        offline = none, for the same reason (no liveness is exposed). A node that is
+        neither voter nor learner (removed) hosts no replica."""
+        members = self.node.membership()
+        voters = tuple(members["voters"])
+        hosted = self.node_id in voters or self.node_id in members["learners"]
+        leads = self.node.is_leader()
+        return PartitionRole(
+            group=self.GROUP,
+            leader=self.leader_id(),
+            hint=self.leader_hint(),
+            leader_epoch=self.node.term,
+            replicas=voters,
+            isr=voters,
+            offline=(),
+            leads=leads,
+            ready=leads and self.fsm.leader_term == self.node.term,
+            hosted=hosted,
+            caught_up=self.applied_all_committed(),
+        )
 
     # --------------------------------------------------------------- produce
 
