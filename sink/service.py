@@ -261,22 +261,24 @@ class SinkService:
     def role(self, topic: str, partition: int) -> PartitionRole:
         """The partition's leadership (PartitionRoles): group 0's, for every partition.
 
-        replicas = the group's voters. isr = the voters too: raftlog's public surface
-        does not say which voters the leader heard from lately (its progress'
-        recent_active is internal), and match alone would drop a follower that is a
-        few entries behind under load, which Kafka's time-based ISR does not;
-        offline = none, for the same reason (no liveness is exposed). A node that is
-        neither voter nor learner (removed) hosts no replica."""
+        replicas = the group's members, voters and learners, sorted (a learner holds
+        the data, as a Kafka replica being added does); isr = the voters: only they count toward
+        commit. Which voters the leader heard from lately is not on raftlog's public
+        surface (its progress' recent_active is internal), and match alone would drop a
+        follower a few entries behind under load, which Kafka's time-based ISR does not,
+        so a dead voter stays in the ISR and offline is empty (no liveness is exposed).
+        A node that is neither voter nor learner (removed) hosts no replica."""
         members = self.node.membership()
         voters = tuple(members["voters"])
-        hosted = self.node_id in voters or self.node_id in members["learners"]
+        replicas = tuple(sorted({*voters, *members["learners"]}))
+        hosted = self.node_id in replicas
         leads = self.node.is_leader()
         return PartitionRole(
             group=self.GROUP,
             leader=self.leader_id(),
             hint=self.leader_hint(),
             leader_epoch=self.node.term,
-            replicas=voters,
+            replicas=replicas,
             isr=voters,
             offline=(),
             leads=leads,

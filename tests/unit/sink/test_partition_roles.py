@@ -283,8 +283,8 @@ def test_sink_service_answers_group_0_for_every_partition(
             leader=1,
             hint=1,
             leader_epoch=7,
-            replicas=(1, 2, 3),
-            isr=(1, 2, 3),
+            replicas=(1, 2, 3, 4),  # voters and the learner
+            isr=(1, 2, 3),  # only voters count toward commit
             offline=(),
             leads=leads,
             ready=ready,
