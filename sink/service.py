@@ -262,29 +262,35 @@ class SinkService:
         """The partition's leadership (PartitionRoles): group 0's, for every partition.
 
         replicas = the group's members, voters and learners, sorted (a learner holds
-        the data, as a Kafka replica being added does); isr = the voters: only they count toward
-        commit. Which voters the leader heard from lately is not on raftlog's public
-        surface (its progress' recent_active is internal), and match alone would drop a
-        follower a few entries behind under load, which Kafka's time-based ISR does not,
-        so a dead voter stays in the ISR and offline is empty (no liveness is exposed).
-        A node that is neither voter nor learner (removed) hosts no replica."""
-        members = self.node.membership()
-        voters = tuple(members["voters"])
-        replicas = tuple(sorted({*voters, *members["learners"]}))
-        hosted = self.node_id in replicas
-        leads = self.node.is_leader()
+        the data, as a Kafka replica being added does); isr = the voters: only they
+        count toward commit. Which voters the leader heard from lately is not on
+        raftlog's public surface (its progress' recent_active is internal), and match
+        alone would drop a follower a few entries behind under load, which Kafka's
+        time-based ISR does not; so a dead voter stays in the ISR and offline is empty
+        (no liveness is exposed). A node that is neither voter nor learner (removed)
+        hosts no replica. Built from public reads only, as a tuple: Produce asks once
+        per partition."""
+        node = self.node
+        members = node.membership()
+        voters = tuple(members["voters"])  # sorted
+        learners = members["learners"]
+        replicas = tuple(sorted({*voters, *learners})) if learners else voters
+        leads = node.is_leader()
+        term = node.term
+        lead = node.leader_id
+        lead = lead if lead in self.brokers else -1
         return PartitionRole(
-            group=self.GROUP,
-            leader=self.leader_id(),
-            hint=self.leader_hint(),
-            leader_epoch=self.node.term,
-            replicas=replicas,
-            isr=voters,
-            offline=(),
-            leads=leads,
-            ready=leads and self.fsm.leader_term == self.node.term,
-            hosted=hosted,
-            caught_up=self.applied_all_committed(),
+            self.GROUP,
+            lead,
+            lead if lead >= 0 else self.leader_hint(),
+            term,
+            replicas,
+            voters,
+            (),
+            leads,
+            leads and self.fsm.leader_term == term,
+            self.node_id in replicas,
+            node.applied >= node.commit_index,
         )
 
     # --------------------------------------------------------------- produce

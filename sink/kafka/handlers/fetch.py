@@ -302,9 +302,9 @@ API = Api(
     summary=(
         "hand-rolled response; v0-3 down-converted to message sets (magic 0 for v0-1, 1 "
         "for v2-3; headers dropped; v0-2 partition_max_bytes a hard limit); topics by id "
-        "from v13 (KIP-516, UNKNOWN_TOPIC_ID); v16 names the partition's leader on NOT_LEADER_OR_FOLLOWER / "
-        "FENCED_LEADER_EPOCH (KIP-951); a current_leader_epoch older than the partition's "
-        "group term FENCED_LEADER_EPOCH; `session_id` 0 "
+        "from v13 (KIP-516, UNKNOWN_TOPIC_ID); v16 names the partition's leader on "
+        "NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH (KIP-951); a current_leader_epoch "
+        "older than the partition's group term FENCED_LEADER_EPOCH; `session_id` 0 "
         "(sessionless); max_wait/min_bytes honoured; at least one whole batch even above "
         "partition_max_bytes"
     ),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from sink.groups.membership import GroupMembership
 from sink.groups.messages import (
@@ -99,11 +99,12 @@ class Controller(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionRole:
+class PartitionRole(NamedTuple):
     """One partition's leadership as this node knows it now: the state of the Raft
     group that owns the partition. A value: handlers take one per partition per
-    request and answer from it, so one answer never mixes two views.
+    request and answer from it, so one answer never mixes two views. A NamedTuple,
+    not a frozen dataclass: Produce asks for one per partition on the hot path, and
+    a tuple is built several times faster.
 
     Invariants: leads => hosted and leader == this node; ready => leads; isr and
     offline are subsets of replicas; leader_epoch is the owning group's term (it only
