@@ -11,8 +11,10 @@ the controller group can be different Raft groups (DESIGN.md sections 8-9):
 - `PartitionRoles`: who leads ONE partition, its epoch and replicas. Every
   partition question (Metadata's partition entries, Produce, Fetch, ListOffsets,
   OffsetForLeaderEpoch, DeleteRecords, DescribeProducers) asks it, never the
-  controller. Handler unit tests pass
-real in-memory implementations (tests/unit/sink/memory_services.py). Nothing here
+  controller.
+
+Handler unit tests pass real in-memory implementations
+(tests/unit/sink/memory_services.py). Nothing here
 imports sink.state or sink.service, which is what keeps sink.kafka out of their
 import graph (sink.groups.membership is a leaf).
 """
@@ -119,9 +121,11 @@ class PartitionRole(NamedTuple):
     leaderless the best guess (SinkService.leader_hint), -1 when there is none."""
     leader_epoch: int
     replicas: tuple[int, ...]
-    """The group's voters: Metadata's replica_nodes."""
+    """The group's members (voters and learners): Metadata's replica_nodes."""
     isr: tuple[int, ...]
+    """The replicas in sync with the leader (at most the voters): Metadata's isr_nodes."""
     offline: tuple[int, ...]
+    """The replicas on nodes known to be down: Metadata's offline_replicas."""
     leads: bool
     """This node leads the group now (it may be deposed without knowing yet)."""
     ready: bool
