@@ -1,8 +1,12 @@
 """SinkService: the Kafka-facing backend over one Raft group.
 
 Turns Kafka operations into Raft commands and answers from the applied
-SinkStateMachine. Leadership model: the Kafka leader of every partition is
-the Raft leader; leader_epoch is the Raft term (only rises).
+SinkStateMachine. Leadership model: one Raft group (group 0) owns every
+partition and is also the controller, so role(topic, partition) answers the
+same group for every partition: leader = the Raft leader, leader_epoch = the
+Raft term (only rises), replicas = ISR = the voters. The handlers ask role()
+for partition questions and the Controller methods (is_leader, leader_id, ...)
+for cluster-wide ones, so a group per partition changes this class, not them.
 
 Ordering: produce() proposes synchronously in call order (the node's apply
 coroutines are started as tasks in creation order, and asyncio runs ready
@@ -36,6 +40,7 @@ from raftlog.runtime import (
     RaftNode,
 )
 from sink.groups import GroupOptions, GroupRuntime
+from sink.kafka.handlers.services import PartitionRole
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import BatchHeader
 from sink.lifecycle.sequence_gaps import SequenceGaps
@@ -247,6 +252,46 @@ class SinkService:
             return None
         host, port = self.brokers[lead]
         return lead, host, port
+
+    # ------------------------------------------------------- partition roles
+
+    GROUP = 0
+    """The one Raft group: it owns every partition and is the controller."""
+
+    def role(self, topic: str, partition: int) -> PartitionRole:
+        """The partition's leadership (PartitionRoles): group 0's, for every partition.
+
+        replicas = the group's members, voters and learners, sorted (a learner holds
+        the data, as a Kafka replica being added does); isr = the voters: only they
+        count toward commit. Which voters the leader heard from lately is not on
+        raftlog's public surface (its progress' recent_active is internal), and match
+        alone would drop a follower a few entries behind under load, which Kafka's
+        time-based ISR does not; so a dead voter stays in the ISR and offline is empty
+        (no liveness is exposed). A node that is neither voter nor learner (removed)
+        hosts no replica. Built from public reads only, as a tuple: Produce asks once
+        per partition."""
+        node = self.node
+        members = node.membership()
+        voters = tuple(members["voters"])  # sorted
+        learners = members["learners"]
+        replicas = tuple(sorted({*voters, *learners})) if learners else voters
+        leads = node.is_leader()
+        term = node.term
+        lead = node.leader_id
+        lead = lead if lead in self.brokers else -1
+        return PartitionRole(
+            self.GROUP,
+            lead,
+            lead if lead >= 0 else self.leader_hint(),
+            term,
+            replicas,
+            voters,
+            (),
+            leads,
+            leads and self.fsm.leader_term == term,
+            self.node_id in replicas,
+            node.applied >= node.commit_index,
+        )
 
     # --------------------------------------------------------------- produce
 

@@ -307,6 +307,7 @@ class SinkNode:
                 client_credentials=self.read_api_client_credentials,
             ),
             client_credentials=self.read_api_client_credentials,
+            roles=self.service,
         )
         server = grpc.aio.server(
             options=[("grpc.max_send_message_length", READ_API_MAX_MESSAGE_BYTES)]

@@ -2,7 +2,10 @@
 
 Served by every node from its applied state (followers too). Partitions with
 linearizable=true first runs a Raft ReadIndex so the high watermarks it
-reports include every write acknowledged before the call. Fetch returns whole
+reports include every write acknowledged before the call. Partitions names, per
+partition, the leader, epoch and replicas (with their read-API addresses) of the
+Raft group that owns it (the PartitionRoles lookup the Kafka front end asks too),
+so a reader can fail over among that partition's replicas. Fetch returns whole
 Kafka RecordBatches starting with the one holding `offset` (like Kafka Fetch)
 and waits up to max_wait_ms for data when the reader is caught up.
 """
@@ -50,8 +53,13 @@ class ReadApiService:
         extra_status: Callable[[], dict[str, Any]] | None = None,
         members: Any = None,
         client_credentials: Callable[[], grpc.ChannelCredentials | None] | None = None,
+        roles: Any = None,
     ) -> None:
-        """extra_status: more keys for Status (the node's other parts, e.g. "kafka").
+        """roles: each partition's leadership (sink.kafka.handlers.services.PartitionRoles,
+        SinkService); None: PartitionInfo carries no leader or replicas (0 / empty), as
+        before the fields existed. leader_read_api(node id) -> that node's read-API
+        address (also the replicas' addresses).
+        extra_status: more keys for Status (the node's other parts, e.g. "kafka").
         client_credentials: this node's TLS credentials as a read-API client (a Commit
         forwarded to the leader; the current ones, so a reload counts); None: plaintext."""
         self.client_credentials = client_credentials
@@ -63,6 +71,7 @@ class ReadApiService:
         # members: an object with `async call(json_text, forwarded) -> pb.MembersReply`
         # (sink.members.rpc.MembersEndpoint, wired by sink.node), or None.
         self._members = members
+        self.roles = roles
 
     async def status(self, req: pb.StatusRequest, ctx: grpc.aio.ServicerContext) -> pb.StatusReply:
         st = self.node.status()
@@ -91,17 +100,29 @@ class ReadApiService:
             if info is None:
                 continue
             for p in range(info.partitions):
-                out.append(
-                    pb.PartitionInfo(
-                        topic=t,
-                        partition=p,
-                        log_start_offset=self.fsm.log_start_offset(t, p),
-                        high_watermark=self.fsm.high_watermark(t, p),
-                    )
-                )
+                out.append(self._partition_info(t, p))
         return pb.PartitionsReply(
             partitions=out, leader_id=self.node.leader_id, leader_epoch=self.node.term
         )
+
+    def _partition_info(self, topic: str, partition: int) -> pb.PartitionInfo:
+        """One partition: offsets from the applied state; leader (0: none known, as
+        PartitionsReply.leader_id), epoch and replicas from its group's role."""
+        info = pb.PartitionInfo(
+            topic=topic,
+            partition=partition,
+            log_start_offset=self.fsm.log_start_offset(topic, partition),
+            high_watermark=self.fsm.high_watermark(topic, partition),
+        )
+        if self.roles is None:
+            return info
+        role = self.roles.role(topic, partition)
+        info.leader_id = max(role.leader, 0)
+        info.leader_epoch = role.leader_epoch
+        for node in role.replicas:
+            address = self.leader_read_api(node) if self.leader_read_api else None
+            info.replicas.add(node_id=node, read_api=address or "")
+        return info
 
     async def fetch(
         self, req: pb.FetchRequest, ctx: grpc.aio.ServicerContext

@@ -16,7 +16,7 @@ log = logging.getLogger("sink.kafka")
 async def relay_to_leader(ctx: HandlerContext, call: Call) -> bytes | None:
     """The leader's answer to this request when this node is a follower that knows
     the leader; None: answer here (this node leads, no leader known, the relay failed)."""
-    lead = ctx.leadership
+    lead = ctx.controller
     ep = lead.forward_endpoint()
     if lead.is_leader() or ep is None or ep[0] == lead.node_id or not call.frame:
         return None

@@ -28,7 +28,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
 
 async def _alter(ctx: HandlerContext, call: Call) -> bytes:
     req = call.req
-    if ctx.quota_admin is None or not ctx.leadership.is_leader():
+    if ctx.quota_admin is None or not ctx.controller.is_leader():
         why = "not the controller (Raft leader)"
         return _encode(
             call.version,

@@ -42,7 +42,7 @@ async def run(ctx: HandlerContext, call: Call, *, incremental: bool) -> bytes:
     """Shared with IncrementalAlterConfigs (the same response shape)."""
     req = call.req
     key = req.__api_key__
-    lead = ctx.leadership
+    lead = ctx.controller
     ep = lead.forward_endpoint()
     # A relay runs as the relay user: relay only what this principal may alter in full.
     allowed_all = not any(config_denial(ctx, call, r, alter=True) for r in req.resources)
@@ -98,7 +98,7 @@ async def _alter_one(
     current = admin.topic_configs(r.resource_name)
     if current is None:
         return ErrorCode.unknown_topic_or_partition, f"unknown topic {r.resource_name!r}"
-    if not ctx.leadership.is_leader():
+    if not ctx.controller.is_leader():
         return ErrorCode.not_controller, "not the controller (Raft leader)"
     try:
         apply_ops(current, ops, replace)

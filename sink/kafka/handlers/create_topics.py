@@ -85,7 +85,7 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
         configs, config_error = _configs_of(t)
         if not may_create_topic(ctx, call, t.name):
             err, msg, info = ErrorCode.topic_authorization_failed, "CREATE is not allowed", None
-        elif not ctx.leadership.is_leader():
+        elif not ctx.controller.is_leader():
             err, msg, info = ErrorCode.not_controller, "not the controller (Raft leader)", None
         elif invalid is not None:
             (err, msg), info = invalid, None

@@ -1,5 +1,6 @@
 """DeleteRecords (KIP-107): move a partition's log start through the log, on the
-Raft leader (a follower answers NOT_LEADER_OR_FOLLOWER). offset -1 means the high
+leader of the Raft group that owns it (PartitionRoles.role; a follower or a node
+hosting no replica answers NOT_LEADER_OR_FOLLOWER). offset -1 means the high
 watermark; an offset beyond the high watermark -> OFFSET_OUT_OF_RANGE. Answers the
 low watermark (the new log start; a smaller offset than the current start leaves it
 and answers it). Afterwards Fetch below the start gets OFFSET_OUT_OF_RANGE and
@@ -29,6 +30,11 @@ async def _delete(ctx: HandlerContext, call: Call) -> bytes:
         for p in t.partitions:
             if ctx.lifecycle is None:
                 err, low = ErrorCode.unsupported_version, -1
+            elif (
+                ctx.partitions.has_partition(t.name, p.partition_index)
+                and not ctx.role(t.name, p.partition_index).leads
+            ):  # the partition's group leader moves its log start
+                err, low = ErrorCode.not_leader_or_follower, -1
             else:
                 err, low = await ctx.lifecycle.delete_records(t.name, p.partition_index, p.offset)
             parts.append(

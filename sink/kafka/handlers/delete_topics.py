@@ -42,7 +42,7 @@ async def _delete(ctx: HandlerContext, call: Call) -> bytes:
             err, msg = ErrorCode.unsupported_version, "topic deletion is not served here"
         elif not topic_allowed(ctx, call, Operation.DELETE, _name_of(ctx, name, topic_id)):
             err, msg = ErrorCode.topic_authorization_failed, "DELETE on the topic is not allowed"
-        elif not ctx.leadership.is_leader():
+        elif not ctx.controller.is_leader():
             err, msg = ErrorCode.not_controller, "not the controller (Raft leader)"
         elif name is None and topic_id is None:
             err, msg = ErrorCode.invalid_request, "neither a topic name nor a topic id"

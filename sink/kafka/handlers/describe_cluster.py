@@ -34,7 +34,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             call.version,
             call.corr,
             ErrorCode.none,
-            ctx.leadership.cluster_id,
+            ctx.controller.cluster_id,
             brokers,
             ctx.leader_id(),
         )

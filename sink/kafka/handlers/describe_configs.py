@@ -33,7 +33,7 @@ BROKER = 4
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
-    lead, admin = ctx.leadership, ctx.topic_configs
+    lead, admin = ctx.controller, ctx.topic_configs
     ep = lead.forward_endpoint()
     if (
         admin is not None
@@ -78,9 +78,9 @@ def _answer(ctx: HandlerContext, call: Call) -> bytes:
             else:
                 configs = _topic_configs(overrides, admin.topic_defaults, req, keys)
         elif r.resource_type == BROKER:
-            if r.resource_name not in ("", str(ctx.leadership.node_id)):
+            if r.resource_name not in ("", str(ctx.controller.node_id)):
                 err = ErrorCode.invalid_request
-                msg = f"unexpected broker id {r.resource_name}, this is {ctx.leadership.node_id}"
+                msg = f"unexpected broker id {r.resource_name}, this is {ctx.controller.node_id}"
             else:
                 configs = _broker_configs(admin.topic_defaults, req, keys)
         else:

@@ -1,6 +1,7 @@
 """DescribeProducers (KIP-664): the idempotent producers a partition holds state for
-(producer id, epoch, last sequence), answered by the partition leader (the Raft
-leader; a follower answers NOT_LEADER_OR_FOLLOWER). No transactions are served, so
+(producer id, epoch, last sequence), answered by the partition leader (the leader
+of the Raft group that owns it, PartitionRoles.role; a follower or a node hosting no
+replica answers NOT_LEADER_OR_FOLLOWER). No transactions are served, so
 coordinator_epoch and current_txn_start_offset are -1; last_timestamp is -1 (the
 state machine keeps log positions, not times). Expired producers
 (producers.id_expiration_ms) are not listed."""
@@ -19,7 +20,6 @@ from sink.kafka.protocol.errors import ErrorCode
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
-    lead = ctx.leadership.is_leader()
     topics = []
     for t in call.req.topics:
         parts = []
@@ -28,7 +28,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
                 parts.append(_part(p, ErrorCode.unsupported_version))
             elif not ctx.partitions.has_partition(t.name, p):
                 parts.append(_part(p, ErrorCode.unknown_topic_or_partition))
-            elif not lead:
+            elif not ctx.role(t.name, p).leads:  # the partition's group leader answers
                 parts.append(_part(p, ErrorCode.not_leader_or_follower))
             else:
                 producers = [

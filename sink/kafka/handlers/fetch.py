@@ -9,6 +9,9 @@ exist). Fetch honours max_wait/min_bytes with a wake-up on newly applied records
 declines fetch sessions (session_id 0), returns whole batches from the one
 containing fetch_offset, and at least one batch even above partition_max_bytes
 (KIP-74). v16 answers that send the client away name the leader (KIP-951).
+Every leadership question is the partition's own (PartitionRoles.role: the group
+that owns it): a node hosting no replica answers NOT_LEADER_OR_FOLLOWER, a client
+epoch older than the group's term FENCED_LEADER_EPOCH.
 A topic the principal may not READ is TOPIC_AUTHORIZATION_FAILED per partition.
 
 v0-3 answer with message sets down-converted from the stored batches, as Kafka 3.x
@@ -29,7 +32,7 @@ from kio.schema.fetch.v16.request import FetchRequest
 from sink.kafka.authorize import topic_allowed
 from sink.kafka.handlers.api import Api, Call, Response, later
 from sink.kafka.handlers.quota_throttle import fetch_bytes_cap, fetch_throttle
-from sink.kafka.handlers.services import HandlerContext
+from sink.kafka.handlers.services import HandlerContext, PartitionRole
 from sink.kafka.protocol.encoders import FetchPartition, encode_fetch
 from sink.kafka.protocol.errors import ErrorCode, OffsetOutOfRange
 from sink.kafka.protocol.messageset import down_convert
@@ -48,14 +51,23 @@ def _topic_key(ft: Any) -> uuid.UUID:
     return ft.topic_id if ft.topic_id is not None else _ZERO_TOPIC_ID
 
 
-def _serving_error(ctx: HandlerContext) -> ErrorCode:
-    lead = ctx.leadership
-    if lead.is_leader() and not lead.leader_ready():
-        return ErrorCode.not_leader_or_follower  # new leader, own-term entry not applied yet
+def _serving_error(role: PartitionRole, client_epoch: int) -> ErrorCode:
+    """Whether this node may serve the partition at all (none: it may).
+
+    A node that hosts no replica of the partition's group has none of its data; a new
+    leader whose own-term entry is not applied yet may lack commits of earlier terms:
+    both send the client away (NOT_LEADER_OR_FOLLOWER). A client whose epoch (Fetch v9+
+    current_leader_epoch, from Metadata) is older than the group's term is
+    FENCED_LEADER_EPOCH, as Kafka answers: it refreshes Metadata and retries. A newer
+    epoch is checked only above the high watermark (_beyond_high_watermark)."""
+    if not role.hosted or (role.leads and not role.ready):
+        return ErrorCode.not_leader_or_follower
+    if 0 <= client_epoch < role.leader_epoch:
+        return ErrorCode.fenced_leader_epoch
     return ErrorCode.none
 
 
-def _beyond_high_watermark(ctx: HandlerContext, client_epoch: int) -> ErrorCode:
+def _beyond_high_watermark(role: PartitionRole, client_epoch: int) -> ErrorCode:
     """The answer to a Fetch above this node's high watermark (none: an empty, waiting answer).
 
     OFFSET_OUT_OF_RANGE makes a consumer reset its position (to earliest or latest: re-reading
@@ -70,17 +82,32 @@ def _beyond_high_watermark(ctx: HandlerContext, client_epoch: int) -> ErrorCode:
     A client that has seen a later leader epoch (Fetch v9+ current_leader_epoch, from Metadata)
     may have read past this node's high watermark there, so that leader answers
     UNKNOWN_LEADER_EPOCH ("not caught up on the latest metadata"); librdkafka refreshes
-    Metadata and retries. Only this answer checks the epoch: serving committed data below the
-    high watermark is correct on any replica in any term.
+    Metadata and retries. A newer epoch is checked only here: serving committed data below
+    the high watermark is correct on any replica in any term. All of it per partition:
+    `role` is the state of the group that owns it.
     """
-    lead = ctx.leadership
-    if not lead.leader_ready():
+    if not role.ready:
         return ErrorCode.not_leader_or_follower
-    if client_epoch > lead.leader_epoch():
+    if client_epoch > role.leader_epoch:
         return ErrorCode.unknown_leader_epoch
-    if not lead.applied_all_committed():
+    if not role.caught_up:
         return ErrorCode.none
     return ErrorCode.offset_out_of_range
+
+
+def _sent_away(
+    ctx: HandlerContext, role: PartitionRole, idx: int, err: ErrorCode
+) -> FetchPartition:
+    """A partition answered with err and no data; NOT_LEADER_OR_FOLLOWER and
+    FENCED_LEADER_EPOCH name the partition's leader and epoch (written from v16,
+    KIP-951), when this listener advertises the leader."""
+    lead = ctx.broker(role.leader)
+    if lead < 0 or err not in _HINTED:
+        return FetchPartition(idx, err, -1, -1, (), 0)
+    return FetchPartition(idx, err, -1, -1, (), 0, lead, role.leader_epoch)
+
+
+_HINTED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
 
 def _collect(
@@ -98,7 +125,6 @@ def _collect(
         budget = min(budget, cap)
     total = 0
     any_error = False
-    serving = _serving_error(ctx)
     topics: list = []
     for ft in req.topics:
         parts: list[FetchPartition] = []
@@ -134,20 +160,23 @@ def _collect(
                 )
                 any_error = True
                 continue
-            hw = fsm.high_watermark(name, idx)
-            start = fsm.log_start_offset(name, idx)
+            role = ctx.role(name, idx)
+            client_epoch = getattr(fp, "current_leader_epoch", -1)
+            serving = _serving_error(role, client_epoch)
             if serving != ErrorCode.none:
-                parts.append(FetchPartition(idx, serving, -1, -1, (), 0))
+                parts.append(_sent_away(ctx, role, idx, serving))
                 any_error = True
                 continue
+            hw = fsm.high_watermark(name, idx)
+            start = fsm.log_start_offset(name, idx)
             if fp.fetch_offset > hw:
-                err = _beyond_high_watermark(ctx, getattr(fp, "current_leader_epoch", -1))
+                err = _beyond_high_watermark(role, client_epoch)
                 # Only answers about this partition's log carry its offsets; "ask elsewhere"
                 # answers carry -1, like the serving errors above.
-                known = err in (ErrorCode.none, ErrorCode.offset_out_of_range)
-                parts.append(
-                    FetchPartition(idx, err, hw if known else -1, start if known else -1, (), 0)
-                )
+                if err in (ErrorCode.none, ErrorCode.offset_out_of_range):
+                    parts.append(FetchPartition(idx, err, hw, start, (), 0))
+                else:
+                    parts.append(_sent_away(ctx, role, idx, err))
                 any_error = any_error or err != ErrorCode.none
                 continue
             pieces: list = []
@@ -206,26 +235,15 @@ def _down_converted(
     return down_convert(stored, magic, fetch_offset, limit, first_whole=version >= 3 and not total)
 
 
-def _leader_hints(ctx: HandlerContext, topics: list) -> tuple[list, list]:
-    """KIP-951 (v16+): partitions sent away (NOT_LEADER_OR_FOLLOWER) name the leader
-    and its epoch, and the response carries the leader's endpoint, so the client
-    skips a Metadata round trip after a failover."""
-    lead = ctx.leader_id()
-    if lead < 0:
-        return topics, []
-    epoch = ctx.leadership.leader_epoch()
-    hinted = False
-    out = []
-    for key, parts in topics:
-        new = []
+def _leader_endpoints(ctx: HandlerContext, topics: list) -> list:
+    """KIP-951 (v16+): the endpoints of the leaders the answer names (current_leader of
+    the partitions sent away), so the client skips a Metadata round trip."""
+    leaders: list[int] = []
+    for _key, parts in topics:
         for p in parts:
-            if p.error == ErrorCode.not_leader_or_follower:
-                p = p._replace(leader_id=lead, leader_epoch=epoch)
-                hinted = True
-            new.append(p)
-        out.append((key, new))
-    ep = ctx.leader_endpoint()
-    return out, [ep] if hinted and ep is not None else []
+            if p.leader_id >= 0 and p.leader_id not in leaders:
+                leaders.append(p.leader_id)
+    return [ep for ep in map(ctx.endpoint, leaders) if ep is not None]
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
@@ -248,7 +266,7 @@ async def _long_poll(ctx: HandlerContext, call: Call) -> list:
         if total >= max(req.min_bytes, 1) or any_error or remaining <= 0:
             endpoints: list = []
             if any_error and call.version >= 16:
-                topics, endpoints = _leader_hints(ctx, topics)
+                endpoints = _leader_endpoints(ctx, topics)
             throttle, empty = fetch_throttle(ctx, call, total)  # client quotas (muting)
             if empty:  # was over its quota already: nothing, as Kafka answers
                 topics, endpoints = [], []
@@ -284,7 +302,9 @@ API = Api(
     summary=(
         "hand-rolled response; v0-3 down-converted to message sets (magic 0 for v0-1, 1 "
         "for v2-3; headers dropped; v0-2 partition_max_bytes a hard limit); topics by id "
-        "from v13 (KIP-516, UNKNOWN_TOPIC_ID); v16 names the leader on NOT_LEADER_OR_FOLLOWER (KIP-951); `session_id` 0 "
+        "from v13 (KIP-516, UNKNOWN_TOPIC_ID); v16 names the partition's leader on "
+        "NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH (KIP-951); a current_leader_epoch "
+        "older than the partition's group term FENCED_LEADER_EPOCH; `session_id` 0 "
         "(sessionless); max_wait/min_bytes honoured; at least one whole batch even above "
         "partition_max_bytes"
     ),

@@ -26,7 +26,7 @@ def coordinator_error(ctx: HandlerContext, group: str) -> ErrorCode:
     """NONE if this node may answer for group now, else the error to answer."""
     if len(group.encode()) > MAX_GROUP_ID_BYTES:
         return ErrorCode.invalid_group_id
-    lead = ctx.leadership
+    lead = ctx.controller
     if not coordinates(group, lead.node_id, lead):
         return ErrorCode.not_coordinator
     if not lead.leader_ready():

@@ -33,7 +33,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
 
 
 async def _run(ctx: HandlerContext, call: Call) -> bytes:
-    lead = ctx.leadership
+    lead = ctx.controller
     ep = lead.forward_endpoint()
     if call.req.transactional_id is not None:
         err, pid, epoch = ErrorCode.transactional_id_authorization_failed, -1, -1

@@ -13,6 +13,10 @@ segments older than the timestamp. raftsink has one notional segment starting at
 the log start, so: latest -> [high watermark, log start] (the start only when it
 differs), earliest -> [log start], a real timestamp -> [] (v0's segment semantics
 are not modelled); each cut to max_num_offsets (0 or less -> []).
+
+Answered per partition by the ready leader of the group that owns it
+(PartitionRoles.role); v4+ current_leader_epoch is checked against that group's
+term (FENCED_LEADER_EPOCH older, UNKNOWN_LEADER_EPOCH newer), as Kafka's leader does.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from kio.schema.list_offsets.v8.request import ListOffsetsRequest
 
 from sink.kafka.authorize import topic_allowed
 from sink.kafka.handlers.api import Api, Call, Response, answered
-from sink.kafka.handlers.services import HandlerContext
+from sink.kafka.handlers.services import HandlerContext, PartitionRole
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode, OffsetOutOfRange
 from sink.kafka.protocol.records import BatchError
@@ -35,27 +39,46 @@ log = logging.getLogger("sink.kafka")
 _SPECIAL = (-1, -2, -4)
 
 
+def _leader_error(role: PartitionRole) -> ErrorCode:
+    """May this node answer for the partition (none: yes)? Only its group's ready leader
+    may: a follower (or a node hosting no replica) NOT_LEADER_OR_FOLLOWER, a new leader
+    before its own-term entry is applied LEADER_NOT_AVAILABLE (retriable)."""
+    if not role.leads:
+        return ErrorCode.not_leader_or_follower
+    if not role.ready:
+        return ErrorCode.leader_not_available
+    return ErrorCode.none
+
+
+def _epoch_error(role: PartitionRole, client_epoch: int) -> ErrorCode:
+    """v4+ current_leader_epoch against the group's term, as Kafka's leader checks it:
+    older FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (-1: not checked)."""
+    if client_epoch < 0 or client_epoch == role.leader_epoch:
+        return ErrorCode.none
+    if client_epoch < role.leader_epoch:
+        return ErrorCode.fenced_leader_epoch
+    return ErrorCode.unknown_leader_epoch
+
+
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
-    lead, fsm = ctx.leadership, ctx.partitions
-    if not lead.is_leader():
-        err_all = ErrorCode.not_leader_or_follower
-    elif not lead.leader_ready():
-        err_all = ErrorCode.leader_not_available
-    else:
-        err_all = ErrorCode.none
-    epoch = lead.leader_epoch()
+    fsm = ctx.partitions
     topics = []
     for t in call.req.topics:
         parts = []
         for p in t.partitions:
-            entry = _entry(p.partition_index, err_all)
-            if err_all != ErrorCode.none:
+            role = ctx.role(t.name, p.partition_index)
+            client_epoch = getattr(p, "current_leader_epoch", -1)
+            entry = _entry(p.partition_index, _leader_error(role))
+            if entry["error_code"] != ErrorCode.none:
                 parts.append(entry)
                 continue
+            epoch = role.leader_epoch
             if not topic_allowed(ctx, call, Operation.DESCRIBE, t.name):
                 entry["error_code"] = ErrorCode.topic_authorization_failed
             elif not fsm.has_partition(t.name, p.partition_index):
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition
+            elif (fenced := _epoch_error(role, client_epoch)) != ErrorCode.none:
+                entry["error_code"] = fenced
             else:
                 hw = fsm.high_watermark(t.name, p.partition_index)
                 start = fsm.log_start_offset(t.name, p.partition_index)
@@ -137,6 +160,7 @@ API = Api(
         "-1 latest (high watermark), -2/-4 earliest, -3 the record with the largest "
         "timestamp; a real timestamp: the exact first record at or after it (time index + "
         "one decoded batch), -1/-1 when none; v0 answers old_style_offsets: latest [high "
-        "watermark, log start], earliest [log start], cut to max_num_offsets"
+        "watermark, log start], earliest [log start], cut to max_num_offsets; per partition "
+        "on its group's leader, current_leader_epoch checked (FENCED/UNKNOWN_LEADER_EPOCH)"
     ),
 )

@@ -1,7 +1,11 @@
-"""Metadata: every node is a replica of every partition; the leader is the Raft
-leader (while leaderless: the last leader known, see Leadership.leader_hint) and
-leader_epoch the Raft term. Topics asked for are auto-created if allowed; a
-follower relays such a request to the leader, which creates them.
+"""Metadata: each partition as its owning Raft group stands (PartitionRoles.role):
+leader_id = the group's leader (while leaderless: the best guess, see
+SinkService.leader_hint; LEADER_NOT_AVAILABLE only when there is none),
+leader_epoch = the group's term, replica_nodes = its voters, isr_nodes and
+offline_replicas as the group reports them; node ids this listener does not
+advertise are left out. controller_id = the controller (Controller.leader_id).
+Topics asked for are auto-created if allowed; a node that is not the controller
+relays such a request to it, which creates them.
 
 Authorization (as Kafka's): the all-topics answer lists only the topics the principal
 may DESCRIBE; a named one it may not is TOPIC_AUTHORIZATION_FAILED; auto-creation
@@ -41,26 +45,28 @@ def _topic_entry(ctx: HandlerContext, name: str, error: ErrorCode) -> dict[str, 
     info = ctx.partitions.topic(name) if error == ErrorCode.none else None
     if info is None:
         return _missing_topic(name, error)
-    leader = ctx.leader_hint()  # while leaderless: the best guess, not -1
-    epoch = ctx.leadership.leader_epoch()
-    replicas = sorted(ctx.brokers)
     return {
         "error_code": ErrorCode.none,
         "name": name,
         "topic_id": info.topic_id,
         "is_internal": False,
-        "partitions": [
-            {
-                "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
-                "partition_index": p,
-                "leader_id": leader,
-                "leader_epoch": epoch,
-                "replica_nodes": replicas,
-                "isr_nodes": replicas,
-                "offline_replicas": [],
-            }
-            for p in range(info.partitions)
-        ],
+        "partitions": [_partition_entry(ctx, name, p) for p in range(info.partitions)],
+    }
+
+
+def _partition_entry(ctx: HandlerContext, name: str, index: int) -> dict[str, Any]:
+    """One partition as its group stands now; ids filtered to this listener's brokers."""
+    role = ctx.role(name, index)
+    leader = ctx.broker(role.hint)  # while leaderless: the best guess, not -1
+    advertised = ctx.advertised.brokers
+    return {
+        "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+        "partition_index": index,
+        "leader_id": leader,
+        "leader_epoch": role.leader_epoch,
+        "replica_nodes": [n for n in role.replicas if n in advertised],
+        "isr_nodes": [n for n in role.isr if n in advertised],
+        "offline_replicas": [n for n in role.offline if n in advertised],
     }
 
 
@@ -87,7 +93,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         ]
     else:
         allow = getattr(req, "allow_auto_topic_creation", True) and fsm.auto_create_topics
-        lead = ctx.leadership
+        lead = ctx.controller  # topic creation is the controller's
         ep = lead.forward_endpoint()
         missing = [t.name for t in req.topics if t.name is not None and fsm.topic(t.name) is None]
         # A relayed request runs as the relay user at the leader: relay only what this
@@ -134,7 +140,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     body = {
         "throttle_time": 0,
         "brokers": _broker_list(ctx),
-        "cluster_id": ctx.leadership.cluster_id,
+        "cluster_id": ctx.controller.cluster_id,
         "controller_id": ctx.leader_id(),
         "topics": [_topic_entry(ctx, n, err) for n, err in wanted],
     }
@@ -161,7 +167,8 @@ API = Api(
     handle,
     error_response,
     summary=(
-        "every node with its advertised address; leader = Raft leader; leader_epoch = "
-        "Raft term; topic_id stable for the topic's life; auto-creation"
+        "every node with its advertised address; per partition: leader = its Raft group's "
+        "leader, leader_epoch = that group's term, replicas = its voters; topic_id stable "
+        "for the topic's life; auto-creation"
     ),
 )

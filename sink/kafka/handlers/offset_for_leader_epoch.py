@@ -10,7 +10,9 @@ epoch with records (the high watermark if none); E = -1 or above the current ter
 (-1, -1). Committed Raft entries never truncate, so the end offset is never below a
 position the consumer reached in E: no client ever sees a truncation here.
 
-Errors per partition, as Kafka's leader: a follower -> NOT_LEADER_OR_FOLLOWER;
+Errors per partition, as Kafka's leader, each against the Raft group that owns the
+partition (PartitionRoles.role): a follower or a node hosting no replica ->
+NOT_LEADER_OR_FOLLOWER;
 unknown partition -> UNKNOWN_TOPIC_OR_PARTITION; current_leader_epoch (when not -1)
 older than the term -> FENCED_LEADER_EPOCH, newer -> UNKNOWN_LEADER_EPOCH (the client
 refreshes Metadata); a new leader whose own-term entry is not applied yet ->
@@ -32,10 +34,10 @@ from sink.kafka.protocol.errors import ErrorCode
 
 
 def _answer(ctx: HandlerContext, topic: str, p: Any) -> dict[str, Any]:
-    lead, fsm = ctx.leadership, ctx.partitions
-    term = lead.leader_epoch()
+    role, fsm = ctx.role(topic, p.partition), ctx.partitions
+    term = role.leader_epoch  # the term of the group that owns the partition
     current = p.current_leader_epoch
-    if not lead.is_leader():
+    if not role.leads:
         err = ErrorCode.not_leader_or_follower
     elif not fsm.has_partition(topic, p.partition):
         err = ErrorCode.unknown_topic_or_partition
@@ -43,7 +45,7 @@ def _answer(ctx: HandlerContext, topic: str, p: Any) -> dict[str, Any]:
         err = ErrorCode.fenced_leader_epoch
     elif current > term:
         err = ErrorCode.unknown_leader_epoch
-    elif not lead.leader_ready():
+    elif not role.ready:
         err = ErrorCode.offset_not_available
     else:
         hw = fsm.high_watermark(topic, p.partition)

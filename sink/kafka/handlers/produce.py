@@ -10,6 +10,13 @@ before returning, so a connection's batches reach the Raft log in request order;
 the returned future resolves to the response once every proposal is committed
 and applied. acks=0: the future resolves to None (no response at all).
 
+Routing: each partition goes to the Raft group that owns it (PartitionRoles.role).
+A partition this node does not lead (it follows, or hosts no replica of the group)
+is NOT_LEADER_OR_FOLLOWER, with that partition's leader and epoch in
+`current_leader` and the leader's endpoint in `node_endpoints` (v10, KIP-951); the
+others are proposed into their groups. One response once every partition is done.
+Validation (CORRUPT_MESSAGE, ...) answers first, as before the check.
+
 Authorization: a topic the principal may not WRITE is TOPIC_AUTHORIZATION_FAILED on
 each of its partitions and nothing of it is proposed; an unknown topic is
 auto-created only with CREATE (else UNKNOWN_TOPIC_OR_PARTITION).
@@ -59,7 +66,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         elif ctx.partitions.topic(name) is None:
             if not may_create_topic(ctx, call, name):
                 topic_err = ErrorCode.unknown_topic_or_partition
-            elif ctx.leadership.is_leader():
+            elif ctx.controller.is_leader():  # creating a topic is the controller's
                 topic_err, _ = await ctx.producing.ensure_topic(name)
                 if topic_err == ErrorCode.leader_not_available:
                     topic_err = ErrorCode.not_leader_or_follower
@@ -84,6 +91,9 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             if call.version < ZSTD_MIN_PRODUCE and any(b.compression == ZSTD for b in batches):
                 # KIP-110: zstd needs Produce v7; Kafka refuses it from older clients.
                 parts.append((pd.index, ErrorCode.unsupported_compression_type))
+                continue
+            if not ctx.role(name, pd.index).leads:  # proposing needs the partition's leader
+                parts.append((pd.index, ErrorCode.not_leader_or_follower))
                 continue
             parts.append((pd.index, ctx.producing.produce(name, pd.index, records, batches)))
     if acks == 0:
@@ -125,7 +135,7 @@ def _encode_response(
     ctx: HandlerContext, call: Call, pending: _Pending, throttle: int = 0
 ) -> bytes:
     topics = []
-    not_leader = False
+    leaders: list[int] = []  # of partitions sent away, in order of first mention
     for name, parts in pending:
         out = []
         for index, r in parts:
@@ -136,17 +146,18 @@ def _encode_response(
                 error, base, start = r, -1, -1
             lead, epoch = -1, -1
             if error == ErrorCode.not_leader_or_follower:
-                not_leader = True
-                lead, epoch = ctx.leader_id(), ctx.leadership.leader_epoch()
-                if lead < 0:
-                    epoch = -1
+                # The partition's leader as known now (KIP-951 current_leader).
+                role = ctx.role(name, index)
+                lead = ctx.broker(role.leader)
+                if lead >= 0:
+                    epoch = role.leader_epoch
+                    if lead not in leaders:
+                        leaders.append(lead)
             out.append(ProducePartition(index, error, base, start, lead, epoch))
         topics.append((name, out))
     endpoints = []
-    if not_leader and call.version >= 10:  # KIP-951: where the leader is, no Metadata trip
-        ep = ctx.leader_endpoint()
-        if ep is not None:
-            endpoints.append(ep)
+    if call.version >= 10:  # KIP-951: where the leaders are, no Metadata trip
+        endpoints = [ep for ep in map(ctx.endpoint, leaders) if ep is not None]
     return encode_produce(call.version, call.corr, topics, endpoints, throttle)
 
 

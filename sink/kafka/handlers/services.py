@@ -1,9 +1,20 @@
 """What handlers depend on: small interfaces of the services they need, not the node.
 
-Each Protocol is structural: SinkService implements Leadership, Producing,
-TopicAdmin and ProducerIds, its `offsets` (sink.offsets.GroupOffsetService)
-GroupOffsets; SinkStateMachine implements PartitionReads. Handler unit tests pass
-real in-memory implementations (tests/unit/sink/memory_services.py). Nothing here
+Each Protocol is structural: SinkService implements Controller, PartitionRoles,
+Producing, TopicAdmin and ProducerIds, its `offsets` (sink.offsets.GroupOffsetService)
+GroupOffsets; SinkStateMachine implements PartitionReads.
+
+Leadership comes in two kinds, kept apart so that a partition's data group and
+the controller group can be different Raft groups (DESIGN.md sections 8-9):
+- `Controller`: cluster-wide roles (the controller id, CreateTopics/DeleteTopics/
+  configs/ACL/quota/user routing, InitProducerId, coordinators);
+- `PartitionRoles`: who leads ONE partition, its epoch and replicas. Every
+  partition question (Metadata's partition entries, Produce, Fetch, ListOffsets,
+  OffsetForLeaderEpoch, DeleteRecords, DescribeProducers) asks it, never the
+  controller.
+
+Handler unit tests pass real in-memory implementations
+(tests/unit/sink/memory_services.py). Nothing here
 imports sink.state or sink.service, which is what keeps sink.kafka out of their
 import graph (sink.groups.membership is a leaf).
 """
@@ -13,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from sink.groups.membership import GroupMembership
 from sink.groups.messages import (
@@ -64,19 +75,74 @@ class CreateOutcome(Protocol):
     def topic(self) -> TopicView | None: ...
 
 
-class Leadership(Protocol):
-    """Who leads, in Raft terms; ids are node ids (also the Kafka broker ids)."""
+class Controller(Protocol):
+    """Cluster-wide roles: the controller (the controller group's leader; today the
+    one Raft group's leader). Ids are node ids (also the Kafka broker ids). Nothing
+    here is about a partition: ask PartitionRoles for that."""
 
     node_id: int
     cluster_id: str
 
-    def is_leader(self) -> bool: ...
-    def leader_ready(self) -> bool: ...
-    def applied_all_committed(self) -> bool: ...
-    def leader_id(self) -> int: ...
+    def is_leader(self) -> bool:
+        """This node is the controller now."""
+        ...
+
+    def leader_ready(self) -> bool:
+        """The controller, with its own-term entry applied (coordinators may answer)."""
+        ...
+
+    def leader_id(self) -> int:
+        """The controller's node id, -1 if none is known."""
+        ...
+
     def leader_hint(self) -> int: ...
-    def leader_epoch(self) -> int: ...
-    def forward_endpoint(self) -> tuple[int, str, int] | None: ...
+    def forward_endpoint(self) -> tuple[int, str, int] | None:
+        """Where a node that is not the controller relays controller requests."""
+        ...
+
+
+class PartitionRole(NamedTuple):
+    """One partition's leadership as this node knows it now: the state of the Raft
+    group that owns the partition. A value: handlers take one per partition per
+    request and answer from it, so one answer never mixes two views. A NamedTuple,
+    not a frozen dataclass: Produce asks for one per partition on the hot path, and
+    a tuple is built several times faster.
+
+    Invariants: leads => hosted and leader == this node; ready => leads; isr and
+    offline are subsets of replicas; leader_epoch is the owning group's term (it only
+    rises), -1 where this node knows nothing of the group."""
+
+    group: int
+    """The Raft group that owns the partition."""
+    leader: int
+    """The group's leader (node id), -1 while none is known."""
+    hint: int
+    """Where clients should go (Metadata's leader_id): the leader, or while
+    leaderless the best guess (SinkService.leader_hint), -1 when there is none."""
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    """The group's members (voters and learners): Metadata's replica_nodes."""
+    isr: tuple[int, ...]
+    """The replicas in sync with the leader (at most the voters): Metadata's isr_nodes."""
+    offline: tuple[int, ...]
+    """The replicas on nodes known to be down: Metadata's offline_replicas."""
+    leads: bool
+    """This node leads the group now (it may be deposed without knowing yet)."""
+    ready: bool
+    """This node leads and its own-term entry is applied: its high watermark is the
+    group's, never below an earlier leader's."""
+    hosted: bool
+    """This node holds a replica of the group (else it has no data of the partition)."""
+    caught_up: bool
+    """This replica has applied everything it knows to be committed."""
+
+
+class PartitionRoles(Protocol):
+    """Who leads each partition: one lookup, whatever group owns the partition.
+    Proposing into the owning group is Producing.produce(topic, partition, ...):
+    the implementation routes it there."""
+
+    def role(self, topic: str, partition: int) -> PartitionRole: ...
 
 
 class PartitionReads(Protocol):
@@ -289,7 +355,7 @@ class Advertised:
 class HandlerContext:
     """Everything a handler may use; each field is one interface above."""
 
-    leadership: Leadership
+    controller: Controller
     partitions: PartitionReads
     producing: Producing
     topics: TopicAdmin
@@ -319,6 +385,9 @@ class HandlerContext:
     authorizer: AclDecisions | None = None
     """The ACL decision every request passes (sink.kafka.authorize); None:
     authorization is off on this node (everything allowed)."""
+    roles: PartitionRoles | None = None
+    """Each partition's leadership (of_node sets it; None only in contexts that
+    answer no partition request)."""
 
     @classmethod
     def of_node(
@@ -348,6 +417,7 @@ class HandlerContext:
             users=getattr(service, "users", None),
             acls=getattr(service, "acls", None),
             authorizer=getattr(service, "authorizer", None),
+            roles=service,
         )
 
     @property
@@ -355,19 +425,30 @@ class HandlerContext:
         return self.advertised.brokers
 
     def leader_id(self) -> int:
-        """Raft leader as a broker id of this listener, -1 if none is known."""
-        lead = self.leadership.leader_id()
-        return lead if lead in self.advertised.brokers else -1
+        """The controller as a broker id of this listener, -1 if none is known."""
+        return self.broker(self.controller.leader_id())
 
     def leader_hint(self) -> int:
-        """Leadership.leader_hint as a broker id of this listener (-1: none)."""
-        hint = self.leadership.leader_hint()
-        return hint if hint in self.advertised.brokers else -1
+        """Controller.leader_hint as a broker id of this listener (-1: none)."""
+        return self.broker(self.controller.leader_hint())
 
     def leader_endpoint(self) -> tuple[int, str, int] | None:
-        """(id, host, port) of the leader as this listener's clients reach it."""
-        lead = self.leader_id()
-        if lead < 0:
+        """(id, host, port) of the controller as this listener's clients reach it."""
+        return self.endpoint(self.leader_id())
+
+    def broker(self, node: int) -> int:
+        """node as a broker id of this listener: -1 if this listener does not
+        advertise it (a client could not reach it)."""
+        return node if node in self.advertised.brokers else -1
+
+    def endpoint(self, node: int) -> tuple[int, str, int] | None:
+        """(id, host, port) of node as this listener's clients reach it (None: unknown)."""
+        if node not in self.advertised.brokers:
             return None
-        host, port = self.advertised.brokers[lead]
-        return lead, host, port
+        host, port = self.advertised.brokers[node]
+        return node, host, port
+
+    def role(self, topic: str, partition: int) -> PartitionRole:
+        """The partition's leadership (PartitionRoles.role)."""
+        assert self.roles is not None, "a partition request on a context without roles"
+        return self.roles.role(topic, partition)

@@ -1,7 +1,10 @@
 """A real, in-memory implementation of the handlers' service interfaces
 (sink.kafka.handlers.services): one node whose "Raft log" is a list, every
 command applied at once to a real SinkStateMachine. Leadership is set by the
-test (leader or follower, ready or not, term, caught up or not)."""
+test (leader or follower, ready or not, term, caught up or not). Partition roles:
+by default every partition is this one group's (as SinkService answers); a test
+may give partitions their own roles (`roles[(topic, partition)] = PartitionRole`)
+to play a node among many partition groups."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from raftlog.storage.errors import LogRangeError
 from sink.groups import GroupOptions, GroupRuntime
 from sink.kafka import KafkaLimits
 from sink.kafka.handlers import SUPPORTED, Advertised, HandlerContext
+from sink.kafka.handlers.services import PartitionRole
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import BatchHeader
 from sink.lifecycle.topics import TopicLifecycle
@@ -80,6 +84,7 @@ class MemoryNode:
         self.ready = True
         self.caught_up = True
         self.term = term
+        self.roles: dict[tuple[str, int], PartitionRole] = {}  # partitions of other groups
         self.fsm = SinkStateMachine(auto_create_topics=auto_create_topics)
         self.log = MemoryLog()
         self.fsm.attach_log(self.log.read, lambda: self.log.first)
@@ -162,13 +167,36 @@ class MemoryNode:
     def forward_endpoint(self) -> tuple[int, str, int] | None:
         return None  # nowhere to relay: followers answer from local state
 
+    # ------------------------------------------------------ PartitionRoles
+
+    def role(self, topic: str, partition: int) -> PartitionRole:
+        """The test's role for the partition if it set one, else this node's one group
+        (every broker a replica and in sync, as SinkService reports one group)."""
+        given = self.roles.get((topic, partition))
+        if given is not None:
+            return given
+        replicas = tuple(sorted(self.brokers))
+        return PartitionRole(
+            group=0,
+            leader=self.lead,
+            hint=self.lead,
+            leader_epoch=self.term,
+            replicas=replicas,
+            isr=replicas,
+            offline=(),
+            leads=self.is_leader(),
+            ready=self.leader_ready(),
+            hosted=True,
+            caught_up=self.caught_up,
+        )
+
     # ------------------------------------------------------ Producing / TopicAdmin
 
     def produce(
         self, topic: str, partition: int, records: bytes, batches: list[BatchHeader]
     ) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
-        if not self.is_leader():  # a follower cannot propose (raftlog: NotLeaderError)
+        if not self.role(topic, partition).leads:  # only the owning group's leader proposes
             fut.set_result(ProduceResult(ErrorCode.not_leader_or_follower, -1, -1))
             return fut
         mv = memoryview(records)
