@@ -50,7 +50,7 @@ def slot_group(slot: int) -> int:
 
 
 class LeaderLookup(Protocol):
-    """Who leads the (one) Raft group: sink.kafka.handlers.services.Leadership has it."""
+    """Who leads the Raft group hosting the slots (sink.kafka.handlers.services.Controller)."""
 
     def leader_id(self) -> int: ...
 
