@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 from raftlog.core.messages import Message, MsgType
 from raftlog.entry import LogEntry
-from raftlog.transport.beats import COALESCED_KINDS, pack_rows
+from raftlog.transport.beats import BEATS, COALESCED_KINDS, pack_rows
 
 _VARINT_CACHE = [bytes([i]) for i in range(128)]
 
@@ -33,7 +33,7 @@ def _key(field: int, wire: int) -> bytes:
     return varint((field << 3) | wire)
 
 
-_K = {f: (_key(f, 0), _key(f, 2)) for f in range(1, 30)}  # (varint key, length key)
+_K = {f: (_key(f, 0), _key(f, 2)) for f in range(1, 32)}  # (varint key, length key)
 
 
 _ENTRY_FIXED = struct.Struct("<BQBQBB")  # key 1 fixed64, key 2 fixed64, key 3 varint (type < 128)
@@ -144,6 +144,7 @@ def _message_parts(m: Message, entries: EntryEncoder, out: list[bytes]) -> None:
     elif t is MsgType.HEARTBEAT:
         _u(p, 9, m.commit)
         _u(p, 19, m.context)
+        _u(p, 31, m.quiesce)
     elif t is MsgType.HEARTBEAT_RESP:
         _u(p, 19, m.context)
     elif t is MsgType.SNAPSHOT:
@@ -163,6 +164,9 @@ def _message_parts(m: Message, entries: EntryEncoder, out: list[bytes]) -> None:
         _b(p, 26, m.context)
     elif t in COALESCED_KINDS:
         _b(p, 22, pack_rows(m))
+        _u(p, 30, m.node_nonce)
+        if t == BEATS:
+            _u(p, 31, m.quiesce)
     size += sum(len(x) for x in p)
     out.append(_K[1][1])
     out.append(varint(size))
