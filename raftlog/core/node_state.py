@@ -703,16 +703,19 @@ class RawNode:
         """Process one message addressed to this node."""
         if m.dst != self.id:
             return
-        if self.quiesced and not (m.term and m.term < self.term):
-            # Any current or newer message wakes the node, except the leader's
-            # quiesce beat repeated; a stale one changes nothing (answered below).
-            if not (
+        # A quiesced node wakes on any current or newer message except the
+        # leader's quiesce beat repeated; a stale one changes nothing (answered below).
+        if (
+            self.quiesced
+            and not (m.term and m.term < self.term)
+            and not (
                 m.type is MsgType.HEARTBEAT
                 and m.quiesce  # type: ignore[attr-defined]
                 and m.term == self.term
                 and m.src == self.lead
-            ):
-                self._unquiesce()
+            )
+        ):
+            self._unquiesce()
         if m.incarnation:
             self._note_identity(m)
         if m.term == 0:
