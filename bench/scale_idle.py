@@ -58,7 +58,9 @@ def _all_led(sts: dict[int, dict], groups: int) -> bool:
     return len(led) == groups
 
 
-async def idle_run(base: str, groups: int, quiesce: bool, seconds: float, settle: float) -> dict:
+async def idle_run(
+    base: str, groups: int, quiesce: bool, seconds: float, settle: float, settle_max: float
+) -> dict:
     extra: tuple[str, ...] = ("--groups", str(groups))
     if not quiesce:
         extra += ("--no-quiesce",)
@@ -67,15 +69,21 @@ async def idle_run(base: str, groups: int, quiesce: bool, seconds: float, settle
     c.start()
     try:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 120 + groups / 10  # opening 1,000 groups takes a while
+        # Opening 1,000 groups and electing them takes minutes on a loaded 2-core box;
+        # a run that never settles (every group led) is measured anyway and says so.
+        deadline = loop.time() + settle_max
         sts: dict[int, dict] | None = None
-        while True:
+        settled = False
+        while loop.time() < deadline:
             sts = await _statuses(c)
             if sts is not None and _all_led(sts, groups):
+                settled = True
                 break
-            if loop.time() > deadline:
-                raise RuntimeError(f"G={groups}: not every group elected a leader")
             await asyncio.sleep(0.5)
+        while sts is None:  # the processes serve Status only once every group is open
+            assert loop.time() < deadline + 600, f"G={groups}: processes never answered"
+            await asyncio.sleep(0.5)
+            sts = await _statuses(c)
         led_s = time.monotonic() - t_start
         await asyncio.sleep(settle)  # idle groups quiesce here (nothing to wait for but time)
         sts0 = await _statuses(c)
@@ -103,6 +111,7 @@ async def idle_run(base: str, groups: int, quiesce: bool, seconds: float, settle
         return {
             "groups": groups,
             "quiesce": quiesce,
+            "settled": settled,
             "led_s": round(led_s, 1),
             "wall_s": round(wall, 1),
             "cpu_pct_per_node": {i: round(v, 2) for i, v in pct.items()},
@@ -155,7 +164,8 @@ async def main_async(args: argparse.Namespace) -> dict:
                 print(
                     f"G={g} quiesce={'on' if quiesce else 'off'}: cpu%/node {r['cpu_pct_per_node']} "
                     f"msgs/s/peer {r['msgs_per_s_per_peer_mean']} "
-                    f"quiesced {r['quiesced_groups_per_node']} ({time.monotonic() - t0:.0f} s)",
+                    f"quiesced {r['quiesced_groups_per_node']} settled={r['settled']} "
+                    f"led after {r['led_s']} s ({time.monotonic() - t0:.0f} s)",
                     flush=True,
                 )
                 results.append(r)
@@ -167,6 +177,7 @@ async def main_async(args: argparse.Namespace) -> dict:
     for r in results:
         suffix = "" if r["quiesce"] else "_no_quiesce"
         out[f"idle_cpu_pct_per_node_{r['groups']}_groups{suffix}"] = r["cpu_pct_mean"]
+        out[f"settled_{r['groups']}_groups{suffix}"] = r["settled"]
         out[f"idle_cpu_pct_per_node_max_{r['groups']}_groups{suffix}"] = round(
             max(r["cpu_pct_per_node"].values()), 2
         )
@@ -187,6 +198,12 @@ def main() -> None:
     ap.add_argument("--groups", default="10,100,1000")
     ap.add_argument("--seconds", type=float, default=30.0, help="measured window per run")
     ap.add_argument("--settle", type=float, default=15.0, help="idle time before the window")
+    ap.add_argument(
+        "--settle-max",
+        type=float,
+        default=240.0,
+        help="longest wait for every group to have a leader before measuring anyway",
+    )
     ap.add_argument("--quick", action="store_true", help="10 s windows, 10 s settle")
     args = ap.parse_args()
     if args.quick:
