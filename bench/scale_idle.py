@@ -160,6 +160,7 @@ async def main_async(args: argparse.Namespace) -> dict:
                     quiesce,
                     args.seconds,
                     args.settle,
+                    args.settle_max,
                 )
                 print(
                     f"G={g} quiesce={'on' if quiesce else 'off'}: cpu%/node {r['cpu_pct_per_node']} "
