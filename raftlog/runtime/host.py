@@ -141,7 +141,7 @@ class RaftHost:
         self._peer_limit: dict[int, int] = {}  # silent ticks until it counts as down
         self._peer_nonce: dict[int, int] = {}
         self._down: set[int] = set()
-        self._election_ticks = NodeOptions().election_ticks
+        self._election_ticks = 0  # the smallest of the hosted groups' (0: no group yet)
 
     def identity_file(self, directory: str, cluster_id: str) -> IdentityFile:
         """The IDENTITY file of `directory` (one per directory per host; raises
@@ -224,7 +224,7 @@ class RaftHost:
             self._quiet[gid] = group
         else:
             self._ticking[gid] = group
-        self._refresh_peers()
+        self._add_beat_peers(group)
 
     async def remove_group(self, group_id: int, delete: bool = False) -> None:
         """Stop a group; with delete, also remove its storage (groups/<id>/ and
@@ -399,21 +399,34 @@ class RaftHost:
             self._ticking[gid] = group
 
     def _refresh_peers(self) -> None:
-        """The peers owed node beats: every other member any hosted group knows."""
+        """The peers owed node beats: every other member any hosted group knows
+        (O(groups): on removal and every _PEER_REFRESH_TICKS ticks only)."""
         peers = {p for g in self.groups.values() for p in g.peers if p != self.node_id}
-        now = self.stats.ticks
-        for p in peers - self._beat_peers:
-            self._peer_seen.setdefault(p, now)
-            self._peer_limit[p] = self._silence_limit()
+        self._note_new_peers(peers - self._beat_peers)
         self._beat_peers = peers
         if self.groups:
             self._election_ticks = min(g.options.election_ticks for g in self.groups.values())
+
+    def _add_beat_peers(self, group: RaftGroup) -> None:
+        """A group was added: its peers are owed node beats from now (O(its peers),
+        so opening 1,000 groups stays linear)."""
+        t = group.options.election_ticks
+        self._election_ticks = min(self._election_ticks, t) if self._election_ticks else t
+        new = {p for p in group.peers if p != self.node_id} - self._beat_peers
+        self._note_new_peers(new)
+        self._beat_peers |= new
+
+    def _note_new_peers(self, peers: set[int]) -> None:
+        now = self.stats.ticks
+        for p in peers:
+            self._peer_seen.setdefault(p, now)
+            self._peer_limit[p] = self._silence_limit()
 
     def _silence_limit(self) -> int:
         """A randomized election timeout [T, 2T) in ticks (T: the smallest of the
         hosted groups'), drawn anew for each period a peer is alive, so hosts do
         not declare a peer dead, and wake its groups, in lockstep."""
-        t = self._election_ticks
+        t = self._election_ticks or NodeOptions().election_ticks
         return self._rng.randrange(t, 2 * t)
 
     def _node_beats(self) -> None:
