@@ -188,6 +188,10 @@ class RawNode:
         # proposal, read, transfer or campaign, wakes the node.
         self.quiesced = False
         self._idle_ticks = 0  # a leader's consecutive ticks in a quiescible state
+        # Peers that answered during the previous CheckQuorum window: with the
+        # current window's marks, "answered within the last 2T ticks" (a leader
+        # whose answers take several ticks must still be able to quiesce).
+        self._answered_last_window: set[int] = set()
         self.votes: dict[int, bool] = {}
         # (term, index): this term's leader verified our log up to index (AppendEntries
         # log matching); a replacement commits no further on a heartbeat
@@ -452,7 +456,8 @@ class RawNode:
         """The leader may stop heartbeating: nothing is in flight and every
         follower holds, and acknowledged, the whole log, which is committed and
         durable here; every follower answered within this CheckQuorum window
-        (a leader cut off from a follower never quiesces); no read, transfer,
+        or the previous one (a leader cut off from a follower never quiesces,
+        one whose answers take ticks to arrive still does); no read, transfer,
         configuration or identity change is pending (CockroachDB's
         shouldReplicaQuiesce)."""
         log = self.log
@@ -468,9 +473,12 @@ class RawNode:
             or log.unstable.snapshot is not None
         ):
             return False
+        answered = self._answered_last_window
         for pid, pr in self.progress.items():
             if pid != self.id and (
-                pr.match != last or not pr.recent_active or pr.state is not ProgressState.REPLICATE
+                pr.match != last
+                or not (pr.recent_active or pid in answered)
+                or pr.state is not ProgressState.REPLICATE
             ):
                 return False
         return not (self.cfg.incarnation and self.identity_change() is not None)
@@ -491,6 +499,7 @@ class RawNode:
             # CheckQuorum judges the next election timeout on fresh answers only:
             # the marks from before the quiet period say nothing about now.
             self.election_elapsed = 0
+            self._answered_last_window = set()
             for pid, pr in self.progress.items():
                 if pid != self.id:
                     pr.recent_active = False
@@ -562,11 +571,15 @@ class RawNode:
         """CheckQuorum: heard from a majority of voters during the last election
         timeout. Resets the activity marks for the next round."""
         active = {self.id}
+        answered = set()
         for pid, pr in self.progress.items():
-            if pr.recent_active and self.counts(pid, pr.incarnation):
-                active.add(pid)
+            if pr.recent_active:
+                answered.add(pid)
+                if self.counts(pid, pr.incarnation):
+                    active.add(pid)
             if pid != self.id:
                 pr.recent_active = False
+        self._answered_last_window = answered
         return has_quorum(self.membership.voters, active)
 
     # ---------------------------------------------------------- role changes
@@ -579,6 +592,7 @@ class RawNode:
         self.heartbeat_elapsed = 0
         self.quiesced = False
         self._idle_ticks = 0
+        self._answered_last_window = set()
         self._reset_randomized_timeout()
         self.lead_transferee = 0
         self.votes = {}
