@@ -119,6 +119,15 @@ async def idle_run(
         msgs = {i: rate("sent_messages", i, per_peer=True) for i in pids}
         rows = {i: rate("beat_rows_sent", i) for i in pids}
         quiesced = {i: sts1[i].get("quiesced_groups", 0) for i in pids}
+        # What the groups that are not quiesced are doing (role, and term > 1: re-elected)
+        awake: dict[int, dict[str, int]] = {}
+        for i in pids:
+            counts: dict[str, int] = {}
+            for g in sts1[i]["by_group"].values():
+                if not g.get("quiesced"):
+                    k = f"{g['role']}{'' if g['term'] <= 1 else '+'}"
+                    counts[k] = counts.get(k, 0) + 1
+            awake[i] = counts
         return {
             "groups": groups,
             "quiesce": quiesce,
@@ -132,6 +141,8 @@ async def idle_run(
             "msgs_per_s_per_peer_mean": round(sum(msgs.values()) / len(msgs), 1),
             "beat_rows_per_s_per_node": {i: round(v, 1) for i, v in rows.items()},
             "quiesced_groups_per_node": quiesced,
+            "awake_groups_per_node": awake,
+            "liveness_wakes": {i: sts1[i].get("liveness_wakes", 0) for i in pids},
             "leaders_per_node": {i: st["leaders"] for i, st in sts1.items()},
             "peers_declared_down": {i: st.get("peers_declared_down", 0) for i, st in sts1.items()},
             "loadavg_after": loadavg(),
@@ -178,7 +189,8 @@ async def main_async(args: argparse.Namespace) -> dict:
                 print(
                     f"G={g} quiesce={'on' if quiesce else 'off'}: cpu%/node {r['cpu_pct_per_node']} "
                     f"msgs/s/peer {r['msgs_per_s_per_peer_mean']} "
-                    f"quiesced {r['quiesced_groups_per_node']} settled={r['settled']} "
+                    f"quiesced {r['quiesced_groups_per_node']} awake {r['awake_groups_per_node']} "
+                    f"liveness wakes {r['liveness_wakes']} settled={r['settled']} "
                     f"led after {r['led_s']} s ({time.monotonic() - t0:.0f} s)",
                     flush=True,
                 )
