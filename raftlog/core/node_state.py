@@ -481,7 +481,10 @@ class RawNode:
                 or pr.state is not ProgressState.REPLICATE
             ):
                 return False
-        return not (self.cfg.incarnation and self.identity_change() is not None)
+        if self.cfg.incarnation:
+            change = self.identity_change()  # what _maybe_admit would propose
+            return change is None or change == self.membership
+        return True
 
     def _quiesce(self) -> None:
         """Send the quiesce beat (commit = last = every follower's match) and stop."""
