@@ -66,6 +66,7 @@ class HostControl:
                 "term": g.term,
                 "leader": g.leader_id,
                 "commit": g.commit_index,
+                "quiesced": g.quiesced,
                 "applied_entries": len(self.fsms[gid].applied),
                 "fatal": repr(g.fatal_error) if g.fatal_error else None,
             }
@@ -118,12 +119,17 @@ async def serve(args: argparse.Namespace) -> None:
         args.id,
         transport,
         data_dir=args.data_dir,
-        options=HostOptions(tick_ms=args.tick_ms, coalesce_heartbeats=not args.no_coalesce),
+        options=HostOptions(
+            tick_ms=args.tick_ms,
+            coalesce_heartbeats=not args.no_coalesce,
+            quiesce=not args.no_quiesce,
+        ),
     )
     options = NodeOptions(
         tick_ms=args.tick_ms,
         election_ticks=args.election_ticks,
         heartbeat_ticks=args.heartbeat_ticks,
+        quiesce_ticks=args.quiesce_ticks,
     )
     await host.start()
     fsms: dict[int, RecordingStateMachine] = {}
@@ -150,6 +156,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--election-ticks", type=int, default=NodeOptions().election_ticks)
     ap.add_argument("--heartbeat-ticks", type=int, default=NodeOptions().heartbeat_ticks)
     ap.add_argument("--no-coalesce", action="store_true", help="one heartbeat message per group")
+    ap.add_argument(
+        "--quiesce-ticks",
+        type=int,
+        default=6,
+        help="idle ticks before a group quiesces (0: never; default 6, the tested value "
+        "of NodeOptions.quiesce_ticks, which is off by default in a node)",
+    )
+    ap.add_argument(
+        "--no-quiesce", action="store_true", help="no quiescence, no node liveness (as before)"
+    )
     ap.add_argument("--log-level", default="WARNING")
     args = ap.parse_args(argv)
     if args.groups < 1:

@@ -131,11 +131,15 @@ class Heartbeat(Message):
     """Leader -> follower. `commit` is min(follower's match, leader commit), so a
     follower never commits an entry it has not been verified to hold.
     `context` is the newest ReadIndex sequence number the beat confirms (0: none).
+    `quiesce`: the leader stops heartbeating this group after this beat; a
+    follower at the same term whose log ends at `commit` quiesces too (and does
+    not answer), any other follower answers, which wakes the leader.
     """
 
     type: ClassVar[MsgType] = MsgType.HEARTBEAT
     commit: int = 0
     context: int = 0
+    quiesce: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

@@ -129,6 +129,12 @@ class RaftConfig:
     legacy: bool = False
     """The storage predates incarnations and adopted one at this start: until the
     membership records it, it may vote as before (rolling upgrade)."""
+    quiesce_ticks: int = 0
+    """Quiescence (docs/raft-runtime.md, "Quiescence"; 0: off): a leader idle for
+    this many ticks, whose followers all hold and acknowledged its whole log,
+    sends one quiesce beat and stops heartbeating; followers that agree stop
+    their election timer. The runtime then stops ticking the group and watches
+    the leader's process instead (node beats), calling wake()."""
 
 
 @dataclass(slots=True)
@@ -177,6 +183,15 @@ class RawNode:
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
         self.randomized_timeout = config.election_tick
+        # Quiesced: no heartbeats (leader) or no election timer (follower) until
+        # wake(); every message but the current leader's quiesce beat, and every
+        # proposal, read, transfer or campaign, wakes the node.
+        self.quiesced = False
+        self._idle_ticks = 0  # a leader's consecutive ticks in a quiescible state
+        # Peers that answered during the previous CheckQuorum window: with the
+        # current window's marks, "answered within the last 2T ticks" (a leader
+        # whose answers take several ticks must still be able to quiesce).
+        self._answered_last_window: set[int] = set()
         self.votes: dict[int, bool] = {}
         # (term, index): this term's leader verified our log up to index (AppendEntries
         # log matching); a replacement commits no further on a heartbeat
@@ -406,7 +421,9 @@ class RawNode:
 
     # ---------------------------------------------------------------- tick
     def tick(self) -> None:
-        """Advance the logical clock by one tick."""
+        """Advance the logical clock by one tick (a quiesced node's clock stands still)."""
+        if self.quiesced:
+            return
         if self.role is Role.LEADER:
             self._tick_leader()
         else:
@@ -424,11 +441,87 @@ class RawNode:
                 self._become_follower(self.term, 0)
                 return
             self.lead_transferee = 0
+        if self.cfg.quiesce_ticks:
+            if self._quiescible():
+                self._idle_ticks += 1
+                if self._idle_ticks >= self.cfg.quiesce_ticks:
+                    self._quiesce()
+                    return
+            else:
+                self._idle_ticks = 0
         if self.heartbeat_elapsed >= self.cfg.heartbeat_tick:
             self.heartbeat_elapsed = 0
             self._bcast_heartbeat()
             if self.cfg.incarnation:
                 self._maybe_admit()
+
+    # ------------------------------------------------------------ quiescence
+    def _quiescible(self) -> bool:
+        """The leader may stop heartbeating: nothing is in flight and every
+        follower holds, and acknowledged, the whole log, which is committed and
+        durable here; every follower answered within this CheckQuorum window
+        or the previous one (a leader cut off from a follower never quiesces,
+        one whose answers take ticks to arrive still does); no read, transfer,
+        configuration or identity change is pending (CockroachDB's
+        shouldReplicaQuiesce)."""
+        log = self.log
+        last = log.last_index()
+        if (
+            self._reads
+            or self._reads_waiting
+            or self.lead_transferee
+            or log.committed != last
+            or log.stable_last() != last
+            or log.term_at(last) != self.term
+            or self.pending_conf_index > log.committed
+            or log.unstable.snapshot is not None
+        ):
+            return False
+        answered = self._answered_last_window
+        for pid, pr in self.progress.items():
+            if pid != self.id and (
+                pr.match != last
+                or not (pr.recent_active or pid in answered)
+                or pr.state is not ProgressState.REPLICATE
+            ):
+                return False
+        if self.cfg.incarnation:
+            change = self.identity_change()  # what _maybe_admit would propose
+            return change is None or change == self.membership
+        return True
+
+    def _quiesce(self) -> None:
+        """Send the quiesce beat (commit = last = every follower's match) and stop."""
+        self._bcast_heartbeat(quiesce=True)
+        self.quiesced = True
+        self.heartbeat_elapsed = 0
+
+    def _unquiesce(self) -> None:
+        if not self.quiesced:
+            return
+        self.quiesced = False
+        self._idle_ticks = 0
+        self.heartbeat_elapsed = 0
+        if self.role is Role.LEADER:
+            # CheckQuorum judges the next election timeout on fresh answers only:
+            # the marks from before the quiet period say nothing about now.
+            self.election_elapsed = 0
+            self._answered_last_window = set()
+            for pid, pr in self.progress.items():
+                if pid != self.id:
+                    pr.recent_active = False
+
+    def wake(self, campaign: bool = False) -> None:
+        """Leave quiescence (the runtime's call: a proposal is coming, or node
+        liveness says so). campaign (followers): the leader's process went
+        silent or restarted, so forget its lease (votes are no longer ignored)
+        and campaign after a random 1..T more ticks (randomized_timeout - T),
+        which spreads the elections of many groups. A leader always resumes
+        heartbeats and CheckQuorum, which deposes it within T ticks if a
+        quorum no longer answers."""
+        self._unquiesce()
+        if campaign and self.role is not Role.LEADER:
+            self.election_elapsed = max(self.election_elapsed, self.cfg.election_tick)
 
     def identity_change(self) -> Membership | None:
         """The membership change the leader makes next for node identities, if any:
@@ -490,11 +583,15 @@ class RawNode:
         """CheckQuorum: heard from a majority of voters during the last election
         timeout. Resets the activity marks for the next round."""
         active = {self.id}
+        answered = set()
         for pid, pr in self.progress.items():
-            if pr.recent_active and self.counts(pid, pr.incarnation):
-                active.add(pid)
+            if pr.recent_active:
+                answered.add(pid)
+                if self.counts(pid, pr.incarnation):
+                    active.add(pid)
             if pid != self.id:
                 pr.recent_active = False
+        self._answered_last_window = answered
         return has_quorum(self.membership.voters, active)
 
     # ---------------------------------------------------------- role changes
@@ -505,6 +602,9 @@ class RawNode:
         self.lead = 0
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
+        self.quiesced = False
+        self._idle_ticks = 0
+        self._answered_last_window = set()
         self._reset_randomized_timeout()
         self.lead_transferee = 0
         self.votes = {}
@@ -581,6 +681,7 @@ class RawNode:
     def campaign(self, transfer: bool = False) -> None:
         """Start an election: a PreVote round first (if enabled) unless `transfer`
         (TimeoutNow), which also bypasses the voters' leader lease."""
+        self._unquiesce()
         self._campaign(pre=self.cfg.pre_vote and not transfer, transfer=transfer)
 
     def _campaign(self, pre: bool, transfer: bool) -> None:
@@ -630,6 +731,19 @@ class RawNode:
         """Process one message addressed to this node."""
         if m.dst != self.id:
             return
+        # A quiesced node wakes on any current or newer message except the
+        # leader's quiesce beat repeated; a stale one changes nothing (answered below).
+        if (
+            self.quiesced
+            and not (m.term and m.term < self.term)
+            and not (
+                m.type is MsgType.HEARTBEAT
+                and m.quiesce  # type: ignore[attr-defined]
+                and m.term == self.term
+                and m.src == self.lead
+            )
+        ):
+            self._unquiesce()
         if m.incarnation:
             self._note_identity(m)
         if m.term == 0:
@@ -835,6 +949,17 @@ class RawNode:
             term, verified = self._verified
             limit = min(limit, verified if term == self.term else self.log.committed)
         self.log.commit_to(min(m.commit, limit))
+        if m.quiesce and self.cfg.quiesce_ticks:
+            log = self.log
+            if log.committed == m.commit == log.last_index() == log.stable_last() and (
+                log.unstable.snapshot is None and self._snap_rx is None
+            ):
+                # Same term (step checked it), same leader, whole log committed and
+                # durable: nothing can happen in this group until someone speaks.
+                # No answer: the leader quiesced already; an answer would wake it.
+                self.quiesced = True
+                return
+        self._unquiesce()  # a quiesce beat we cannot agree with: answer, awake
         self._send(HeartbeatResponse(src=self.id, dst=m.src, term=self.term, context=m.context))
 
     def _handle_snapshot(self, m: InstallSnapshot) -> None:
@@ -974,13 +1099,22 @@ class RawNode:
             if pid != self.id:
                 self._send_append(pid, send_if_empty=False)
 
-    def _bcast_heartbeat(self) -> None:
+    def _bcast_heartbeat(self, quiesce: bool = False) -> None:
         ctx = self._reads[-1].seq if self._reads else 0
         for pid in sorted(self.progress):
             if pid == self.id:
                 continue
             commit = min(self.progress[pid].match, self.log.committed)
-            self._send(Heartbeat(src=self.id, dst=pid, term=self.term, commit=commit, context=ctx))
+            self._send(
+                Heartbeat(
+                    src=self.id,
+                    dst=pid,
+                    term=self.term,
+                    commit=commit,
+                    context=ctx,
+                    quiesce=quiesce,
+                )
+            )
 
     def _send_append(self, to: int, send_if_empty: bool = True) -> None:
         """Send as many appends as the follower's flow state allows."""
@@ -1081,6 +1215,7 @@ class RawNode:
     def propose_batch(
         self, datas: Sequence[bytes], entry_type: EntryType = EntryType.DATA
     ) -> list[tuple[int, int]]:
+        self._unquiesce()
         if self.role is not Role.LEADER:
             raise RawNotLeaderError(self.lead)
         if self.lead_transferee:
@@ -1097,6 +1232,7 @@ class RawNode:
 
     def propose_membership(self, new: Membership) -> tuple[int, int]:
         """Propose a single-server membership change (see membership.py)."""
+        self._unquiesce()
         if self.role is not Role.LEADER:
             raise RawNotLeaderError(self.lead)
         if self.lead_transferee:
@@ -1129,6 +1265,7 @@ class RawNode:
     def read_index(self, context: bytes) -> None:
         """Request a linearizable read. The answer arrives as a `ReadState` with
         this context in a later Ready (here or, on a follower, via the leader)."""
+        self._unquiesce()
         if self.role is Role.LEADER:
             self._leader_read(self.id, context)
         elif self.lead:
@@ -1169,6 +1306,7 @@ class RawNode:
     def transfer_leader(self, target: int) -> None:
         """Hand leadership to `target` (a voter): catch it up, then TimeoutNow.
         Proposals are refused until it completes or an election timeout passes."""
+        self._unquiesce()
         if self.role is not Role.LEADER:
             raise RawNotLeaderError(self.lead)
         if target == self.id or target == self.lead_transferee:

@@ -88,6 +88,8 @@ class NodeStats:
     leader_changes: int = 0
     snapshots_taken: int = 0
     snapshots_installed: int = 0
+    quiesce_wakes: int = 0
+    """Times the host's node liveness woke this group out of quiescence."""
 
 
 class RaftGroup(GroupClientMixin):
@@ -162,6 +164,8 @@ class RaftGroup(GroupClientMixin):
         # clients can be pointed somewhere better than nowhere.
         self.last_leader_id = 0
         self.role = Role.FOLLOWER
+        # Mirrors core.quiesced as the host last heard it (_sync_quiesced).
+        self.quiesced = False
         self.applied = 0
         self._leader_started_term = 0
         self._last_hs = HardState()
@@ -259,6 +263,7 @@ class RaftGroup(GroupClientMixin):
             group_id=self.group_id,
             incarnation=self.identity.incarnation if self.identity else 0,
             legacy=self.identity.legacy if self.identity else False,
+            quiesce_ticks=opts.quiesce_ticks if self.host.quiescence_on else 0,
         )
         reader = QueueLogReader(self.queue, self.snapshots)
         self.core = core.RawNode(cfg, reader, random.Random(self._seed), hard_state=hs)
@@ -450,14 +455,39 @@ class RaftGroup(GroupClientMixin):
             return
         for m in msgs:
             self.core.step(m)
+        self._sync_quiesced()
         self._wake.set()
+
+    # ---------------------------------------------------------- quiescence
+
+    def _sync_quiesced(self) -> None:
+        """Tell the host when the core entered or left quiescence (the host
+        ticks only groups that are not quiesced). Called after every core call
+        that can change it: step, tick, propose, read, transfer, membership."""
+        q = self.core.quiesced
+        if q is not self.quiesced:
+            self.quiesced = q
+            self.host._on_quiesce_change(self)
+
+    def _wake_quiesced(self, campaign: bool) -> None:
+        """The host's node liveness: leave quiescence (and, campaign, forget the
+        silent leader's lease; see RawNode.wake)."""
+        if self._stopped or self._fatal is not None:
+            return
+        self.core.wake(campaign)
+        self.stats.quiesce_wakes += 1
+        self._sync_quiesced()
+        if self.core.has_ready():
+            self._wake.set()
 
     # ---------------------------------------------------------------- loops
 
     def _tick(self) -> None:
-        """One tick of the core (the host's tick loop calls it for every group)."""
+        """One tick of the core (the host's tick loop calls it for every group
+        that is not quiesced)."""
         c = self.core
         c.tick()
+        self._sync_quiesced()
         if c.has_ready():
             self._wake.set()
 
@@ -468,6 +498,7 @@ class RaftGroup(GroupClientMixin):
                 self._wake.clear()
                 if self._proposals:
                     self._propose_queued()
+                    self._sync_quiesced()
                 while self.core.has_ready():
                     rd = self.core.ready()
                     self.stats.readies += 1

@@ -112,10 +112,12 @@ class GroupClientMixin:
         deadline = time.monotonic() + (timeout or self.options.proposal_timeout_s)
         self._reads[ctx] = Waiter(0, fut, deadline)
         try:
-            self.core.read_index(ctx)
+            self.core.read_index(ctx)  # wakes a quiesced group: a real heartbeat round
         except core.RawNotLeaderError as exc:
             del self._reads[ctx]
             raise NotLeaderError(exc.leader, self.peers.get(exc.leader)) from None
+        finally:
+            self._sync_quiesced()
         self._wake.set()
         index = await fut
         if self.applied < index:
@@ -131,6 +133,8 @@ class GroupClientMixin:
             self.core.transfer_leader(target)
         except core.RawNotLeaderError as exc:
             raise NotLeaderError(exc.leader, self.peers.get(exc.leader)) from None
+        finally:
+            self._sync_quiesced()
         self._wake.set()
         deadline = time.monotonic() + (timeout or self.options.proposal_timeout_s)
         while self.leader_id != target:
@@ -163,6 +167,7 @@ class GroupClientMixin:
                 index, term = getattr(self.core, op)(node_id)
                 break
             except core.RawNotLeaderError as exc:
+                self._sync_quiesced()
                 raise NotLeaderError(exc.leader, self.peers.get(exc.leader)) from None
             except core.ProposalDroppedError as exc:
                 # The leader's own identity changes (recording a learner's
@@ -173,8 +178,10 @@ class GroupClientMixin:
                 )
                 if not waitable or time.monotonic() > deadline:
                     raise BusyError(f"membership change refused now: {exc}") from None
+            self._sync_quiesced()
             await asyncio.sleep(self.options.tick_ms / 1000)
             self._check_running()
+        self._sync_quiesced()
         fut = self._loop.create_future()
         self._waiters[index] = Waiter(term, fut, deadline)
         self._pending_count += 1

@@ -20,6 +20,16 @@ Invariants:
   group not hosted here are dropped alone and counted (unknown_group_beats).
 - Every group shares the host's tick: a group's NodeOptions.tick_ms must
   equal the host's.
+- Quiescence (docs/raft-runtime.md, "Quiescence"): the tick loop ticks only the
+  groups whose core is not quiesced (_ticking; a group reports every change
+  through _on_quiesce_change). Node liveness stands in for the quiesced
+  groups' heartbeats: each tick every peer gets at least one Beats (empty if
+  no group beats it) carrying this process's start nonce; a peer silent for a
+  randomized election timeout (counted in ticks this loop ran, so a stalled
+  loop never declares anyone dead) or seen with a new nonce wakes the quiesced
+  groups it leads (their followers campaign) and the quiesced leaders that
+  lost a quorum of live voter processes (their CheckQuorum runs again). The
+  host only decides *when*; the core's wake() decides what it means.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -36,12 +47,20 @@ from typing import Any
 
 from raftlog.core import Role
 from raftlog.core.messages import Message, MsgType
+from raftlog.core.quorum import has_quorum
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.options import HostOptions, NodeOptions
 from raftlog.runtime.state_machine import StateMachine
 from raftlog.storage import DiskWriter, LogEnvironment, LogStore, StorageOptions
 from raftlog.storage.identity import IdentityError, IdentityFile
-from raftlog.transport.beats import COALESCED_KINDS, HOST_GROUP_ID, coalesce, expand
+from raftlog.transport.beats import (
+    COALESCED_KINDS,
+    HOST_GROUP_ID,
+    Beats,
+    BeatsResponse,
+    coalesce,
+    expand,
+)
 
 log = logging.getLogger("raftlog.runtime")
 
@@ -62,6 +81,19 @@ class HostStats:
     beat_rows_received: int = 0
     unknown_group_beats: int = 0
     """Received beat rows for a group not hosted here (dropped alone)."""
+    node_beats_sent: int = 0
+    """Empty Beats sent because no group had a beat for that peer this tick."""
+    peers_declared_down: int = 0
+    """Times a peer process fell silent for its randomized election timeout."""
+    peer_restarts_seen: int = 0
+    """Times a peer's Beats came with a new start nonce."""
+    liveness_wakes: int = 0
+    """Quiesced groups woken by node liveness (a silent or restarted peer)."""
+
+
+_PEER_REFRESH_TICKS = 32
+"""How often the set of peers owed node beats is recomputed from the groups'
+peers (membership changes add peers without telling the host)."""
 
 
 class RaftHost:
@@ -94,6 +126,22 @@ class RaftHost:
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._identities: dict[str, IdentityFile] = {}
+        # Quiescence needs the coalesced Beats: the node beat and the flag ride there.
+        self.quiescence_on = self.options.quiesce and self.options.coalesce_heartbeats
+        # This process's start nonce: a peer that sees it change knows we restarted
+        # (and lost every in-memory lease and vote of this process's replicas).
+        self.nonce = random.getrandbits(63) or 1
+        self._rng = random.Random(self.nonce)
+        self._ticking: dict[int, RaftGroup] = {}  # groups the tick loop ticks
+        self._quiet: dict[int, RaftGroup] = {}  # quiesced groups
+        # node liveness, per peer process (node id)
+        self._beat_peers: set[int] = set()  # peers owed a node beat every tick
+        self._beaten: set[int] = set()  # peers sent a Beats since this tick began
+        self._peer_seen: dict[int, int] = {}  # tick of its newest Beats/BeatsResponse
+        self._peer_limit: dict[int, int] = {}  # silent ticks until it counts as down
+        self._peer_nonce: dict[int, int] = {}
+        self._down: set[int] = set()
+        self._election_ticks = 0  # the smallest of the hosted groups' (0: no group yet)
 
     def identity_file(self, directory: str, cluster_id: str) -> IdentityFile:
         """The IDENTITY file of `directory` (one per directory per host; raises
@@ -172,16 +220,24 @@ class RaftHost:
             await group._close()
             raise
         self.transport.register_group(gid, group._on_messages)
+        if group.quiesced:
+            self._quiet[gid] = group
+        else:
+            self._ticking[gid] = group
+        self._add_beat_peers(group)
 
     async def remove_group(self, group_id: int, delete: bool = False) -> None:
         """Stop a group; with delete, also remove its storage (groups/<id>/ and
         its index keys), so the id starts empty if it is ever added again."""
         group = self.groups.pop(group_id, None)
+        self._ticking.pop(group_id, None)
+        self._quiet.pop(group_id, None)
         if group is None:
             if delete:
                 await asyncio.to_thread(self._delete_group_storage, group_id)
             return
         self.transport.unregister_group(group_id)
+        self._refresh_peers()
         await group._close()
         if delete:
             await asyncio.to_thread(self._delete_group_storage, group_id)
@@ -267,10 +323,13 @@ class RaftHost:
         out, self._out = self._out, []
         if not out:
             return
-        coalesced, _ = coalesce(out, self.node_id)
+        coalesced, _ = coalesce(out, self.node_id, self.nonce)
         st = self.stats
         st.beats_messages_sent += len(coalesced)
         st.beat_rows_sent += len(out)
+        beaten = self._beaten
+        for m in coalesced:
+            beaten.add(m.dst)  # stands in for this tick's node beat to m.dst
         self.transport.send(coalesced)
 
     # ---------------------------------------------------------- receiving
@@ -281,6 +340,7 @@ class RaftHost:
         for m in msgs:
             if m.type not in COALESCED_KINDS:
                 continue  # only coalesced kinds travel under HOST_GROUP_ID
+            self._heard_from(m)  # type: ignore[arg-type]
             per_group: dict[int, list[Message]] = {}
             for hb in expand(m):
                 st.beat_rows_received += 1
@@ -319,12 +379,133 @@ class RaftHost:
                 self.stats.ticks_skipped += skipped
                 next_at += skipped * interval
             self.stats.ticks += 1
-            for g in list(self.groups.values()):
+            if self.quiescence_on:
+                self._node_beats()
+            for g in list(self._ticking.values()):
                 if g._started and not g._stopped and g._fatal is None:
                     if skipped and g.role is Role.LEADER:
                         for _ in range(min(skipped, 2 * g.options.election_ticks)):
                             g.core.tick()
                     g._tick()
+
+    # --------------------------------------------------- quiescence, liveness
+
+    def _on_quiesce_change(self, group: RaftGroup) -> None:
+        """A group's core entered or left quiescence (RaftGroup._sync_quiesced)."""
+        gid = group.group_id
+        if self.groups.get(gid) is not group:
+            return  # not (or no longer) hosted
+        if group.quiesced:
+            self._ticking.pop(gid, None)
+            self._quiet[gid] = group
+            if self._down and group.core.role is Role.LEADER and not self._live_quorum(group):
+                self._liveness_wake(group)
+        else:
+            self._quiet.pop(gid, None)
+            self._ticking[gid] = group
+
+    def _refresh_peers(self) -> None:
+        """The peers owed node beats: every other member any hosted group knows
+        (O(groups): on removal and every _PEER_REFRESH_TICKS ticks only)."""
+        peers = {p for g in self.groups.values() for p in g.peers if p != self.node_id}
+        self._note_new_peers(peers - self._beat_peers)
+        self._beat_peers = peers
+        if self.groups:
+            self._election_ticks = min(g.options.election_ticks for g in self.groups.values())
+
+    def _add_beat_peers(self, group: RaftGroup) -> None:
+        """A group was added: its peers are owed node beats from now (O(its peers),
+        so opening 1,000 groups stays linear)."""
+        t = group.options.election_ticks
+        self._election_ticks = min(self._election_ticks, t) if self._election_ticks else t
+        new = {p for p in group.peers if p != self.node_id} - self._beat_peers
+        self._note_new_peers(new)
+        self._beat_peers |= new
+
+    def _note_new_peers(self, peers: set[int]) -> None:
+        now = self.stats.ticks
+        for p in peers:
+            self._peer_seen.setdefault(p, now)
+            self._peer_limit[p] = self._silence_limit()
+
+    def _silence_limit(self) -> int:
+        """A randomized election timeout [T, 2T) in ticks (T: the smallest of the
+        hosted groups'), drawn anew for each period a peer is alive, so hosts do
+        not declare a peer dead, and wake its groups, in lockstep."""
+        t = self._election_ticks or NodeOptions().election_ticks
+        return self._rng.randrange(t, 2 * t)
+
+    def _node_beats(self) -> None:
+        """Once per tick: send a node beat to every peer that got no Beats since
+        the previous tick began, then check which peers fell silent."""
+        now = self.stats.ticks
+        if now % _PEER_REFRESH_TICKS == 0:
+            self._refresh_peers()
+        owed = [p for p in self._beat_peers if p not in self._beaten]
+        self._beaten = set()
+        if owed:
+            self.stats.node_beats_sent += len(owed)
+            self.transport.send(
+                [
+                    Beats(
+                        src=self.node_id,
+                        dst=p,
+                        term=0,
+                        group_id=HOST_GROUP_ID,
+                        rows=[],
+                        node_nonce=self.nonce,
+                    )
+                    for p in owed
+                ]
+            )
+        silent = [
+            p
+            for p in self._beat_peers
+            if p not in self._down and now - self._peer_seen.get(p, now) >= self._peer_limit[p]
+        ]
+        if silent:
+            self._down.update(silent)
+            self.stats.peers_declared_down += len(silent)
+            log.info("raft.node_silent node=%d peers=%s", self.node_id, sorted(silent))
+            self._wake_for(set(silent))
+
+    def _heard_from(self, m: Beats | BeatsResponse) -> None:
+        src = m.src
+        self._peer_seen[src] = self.stats.ticks
+        if src in self._down:
+            self._down.discard(src)
+            self._peer_limit[src] = self._silence_limit()
+        nonce = m.node_nonce
+        if nonce:
+            old = self._peer_nonce.get(src)
+            if old != nonce:
+                self._peer_nonce[src] = nonce
+                if old is not None:
+                    # A new process: every lease its replicas held is gone.
+                    self.stats.peer_restarts_seen += 1
+                    log.info("raft.node_restarted node=%d peer=%d", self.node_id, src)
+                    self._wake_for({src})
+
+    def _live_quorum(self, group: RaftGroup) -> bool:
+        voters = group.core.membership.voters
+        live = {v for v in voters if v == self.node_id or v not in self._down}
+        return has_quorum(voters, live)
+
+    def _wake_for(self, peers: set[int]) -> None:
+        """Peers' processes are gone (silent or restarted): wake the quiesced
+        groups they lead, to campaign, and the quiesced leaders here that lost a
+        quorum of live voter processes, to run CheckQuorum."""
+        for g in list(self._quiet.values()):
+            c = g.core
+            if c.role is Role.LEADER:
+                if not self._live_quorum(g):
+                    self._liveness_wake(g)
+            elif c.lead in peers:
+                self._liveness_wake(g)
+
+    def _liveness_wake(self, group: RaftGroup) -> None:
+        self.stats.liveness_wakes += 1
+        group._wake_quiesced(campaign=True)
 
     async def _housekeeping(self) -> None:
         while True:
@@ -348,6 +529,13 @@ class RaftHost:
             "beats_messages_sent": self.stats.beats_messages_sent,
             "beat_rows_sent": self.stats.beat_rows_sent,
             "unknown_group_beats": self.stats.unknown_group_beats,
+            "quiescence": self.quiescence_on,
+            "quiesced_groups": len(self._quiet),
+            "node_beats_sent": self.stats.node_beats_sent,
+            "peers_down": sorted(self._down),
+            "peers_declared_down": self.stats.peers_declared_down,
+            "peer_restarts_seen": self.stats.peer_restarts_seen,
+            "liveness_wakes": self.stats.liveness_wakes,
             "disk_rounds": w.rounds if w else 0,
             "disk_syncs": w.syncs if w else 0,
             "leaders": sum(1 for g in self.groups.values() if g.is_leader()),

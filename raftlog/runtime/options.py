@@ -47,6 +47,14 @@ class NodeOptions:
     an incarnation (raftlog/storage/identity.py), messages carry it, and storage
     the membership does not know never votes until admitted. Off: plain Raft,
     which assumes disks never forget (tests of the protocol alone)."""
+    quiesce_ticks: int = 0
+    """Quiescence (docs/raft-runtime.md, "Quiescence"): a leader idle this many
+    ticks whose followers hold its whole log stops heartbeating the group, and
+    the followers stop their election timers; the host then watches the
+    leader's process (node beats) instead. 0 (the default): never quiesce; 6 is
+    the value tested. Off by default until the simulator checks it (its lease
+    rule, node liveness under faults) and its 1,000-group target is met.
+    Takes effect only on a host with HostOptions.quiesce on."""
     cluster_id: str = ""
     """The cluster this node belongs to ("": take the data directory's, or make
     one). A data directory of another cluster is refused at start-up."""
@@ -87,7 +95,7 @@ class NodeOptions:
                 "NodeOptions.cluster_id must be at most 64 letters, digits, '-', '_' or '.', "
                 f"got {self.cluster_id!r}"
             )
-        for name in ("snapshot_every_entries", "snapshot_keep_entries"):
+        for name in ("snapshot_every_entries", "snapshot_keep_entries", "quiesce_ticks"):
             value = getattr(self, name)
             if value < 0:
                 raise ValueError(f"NodeOptions.{name} must be >= 0, got {value}")
@@ -104,6 +112,14 @@ class HostOptions:
     coalesce_heartbeats: bool = True
     """Send every group's heartbeats (and responses) to a peer as one message per
     loop iteration instead of one message per group."""
+    quiesce: bool = True
+    """Quiescence and node liveness (docs/raft-runtime.md, "Quiescence"): idle
+    groups stop heartbeating and are not ticked (NodeOptions.quiesce_ticks); the
+    host sends every peer one node beat (a Beats, empty if no group beats) per
+    tick with its start nonce and wakes the groups led by a peer that fell
+    silent for a randomized election timeout or restarted. Needs
+    coalesce_heartbeats (off there: groups never quiesce). Off: every group is
+    ticked and heartbeats every heartbeat interval, as before."""
     storage: StorageOptions = field(default_factory=StorageOptions)
     """Options of the data directory's LogEnvironment (groups opened there)."""
 

@@ -15,6 +15,14 @@ HOST_GROUP_ID (never a Raft group), term-less, whose `data` field holds packed
 little-endian u64 rows: (group, term, commit, context) per beat and
 (group, term, context) per response. Decoding checks the row width, the count,
 every group id and term, and refuses the message whole if one row is bad.
+
+Node beats and quiescence (docs/raft-runtime.md, "Quiescence"): a host sends
+each peer at least one Beats per tick, with no rows if no group has a beat for
+it (the node beat), and every Beats/BeatsResponse carries the sending
+process's start nonce (`node_nonce`, field 30). A Beats flagged `quiesce`
+(field 31) holds only quiesce beats (coalesce keeps them apart from the rest).
+Both fields are absent in messages of senders that predate them and decode
+as 0 / False: a plain beat from an unknown process, which changes nothing.
 """
 
 from __future__ import annotations
@@ -51,6 +59,10 @@ class Beats(Message):
 
     type: ClassVar[int] = BEATS  # type: ignore[assignment]
     rows: list[tuple[int, int, int, int]]
+    node_nonce: int = 0
+    """The sending process's start nonce (0: unknown, an older sender)."""
+    quiesce: bool = False
+    """Every row is a quiesce beat (Heartbeat.quiesce)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -59,6 +71,7 @@ class BeatsResponse(Message):
 
     type: ClassVar[int] = BEATS_RESP  # type: ignore[assignment]
     rows: list[tuple[int, int, int]]
+    node_nonce: int = 0
 
 
 COALESCED_KINDS = frozenset({BEATS, BEATS_RESP})
@@ -86,7 +99,9 @@ def unpack_rows(kind: int, data: bytes, node_id: int) -> list[tuple[int, ...]]:
         raise BeatsFormatError(f"{len(data)} bytes are not whole rows of {size}")
     n = len(data) // size
     if n == 0:
-        raise BeatsFormatError("a coalesced message without rows")
+        if kind == BEATS:
+            return []  # a node beat: the peer's process is alive, no group has news
+        raise BeatsFormatError("a coalesced response without rows")
     if n > MAX_BEATS:
         raise BeatsFormatError(f"{n} rows exceed the limit {MAX_BEATS}")
     flat = array("Q")
@@ -109,7 +124,9 @@ def unpack_rows(kind: int, data: bytes, node_id: int) -> list[tuple[int, ...]]:
     return rows
 
 
-def coalesce(msgs: Iterable[Message], src: int) -> tuple[list[Message], list[Message]]:
+def coalesce(
+    msgs: Iterable[Message], src: int, node_nonce: int = 0
+) -> tuple[list[Message], list[Message]]:
     """(one Beats and/or one BeatsResponse per destination and sender identity,
     the other messages).
 
@@ -120,14 +137,21 @@ def coalesce(msgs: Iterable[Message], src: int) -> tuple[list[Message], list[Mes
     identity (incarnation and flags) is per group storage and rides in the
     coalesced message's header, so groups whose identities differ (a group whose
     storage was replaced) go in separate messages; usually all share one.
+    Quiesce beats travel in their own Beats (flagged quiesce); a group's newer
+    plain beat in the same flush drops its quiesce beat and vice versa (the
+    newest says what the group does now). Every message carries node_nonce.
     """
-    beats: dict[tuple[int, int, int], dict[int, tuple[int, int, int, int]]] = {}
+    beats: dict[tuple[int, int, int, bool], dict[int, tuple[int, int, int, int]]] = {}
     resps: dict[tuple[int, int, int], dict[int, tuple[int, int, int]]] = {}
     other: list[Message] = []
     for m in msgs:
         t = m.type
         if t is MsgType.HEARTBEAT:
-            key = (m.dst, m.incarnation, m.identity)
+            q = m.quiesce
+            key = (m.dst, m.incarnation, m.identity, q)
+            twin = beats.get((m.dst, m.incarnation, m.identity, not q))
+            if twin is not None:
+                twin.pop(m.group_id, None)
             beats.setdefault(key, {})[m.group_id] = (m.group_id, m.term, m.commit, m.context)
         elif t is MsgType.HEARTBEAT_RESP:
             key = (m.dst, m.incarnation, m.identity)
@@ -135,7 +159,7 @@ def coalesce(msgs: Iterable[Message], src: int) -> tuple[list[Message], list[Mes
         else:
             other.append(m)
     out: list[Message] = []
-    for (dst, inc, ident), by_group in beats.items():
+    for (dst, inc, ident, q), by_group in beats.items():
         rows = list(by_group.values())
         for k in range(0, len(rows), MAX_BEATS):
             out.append(
@@ -147,6 +171,8 @@ def coalesce(msgs: Iterable[Message], src: int) -> tuple[list[Message], list[Mes
                     incarnation=inc,
                     identity=ident,
                     rows=rows[k : k + MAX_BEATS],
+                    node_nonce=node_nonce,
+                    quiesce=q,
                 )
             )
     for (dst, inc, ident), by_group in resps.items():
@@ -161,6 +187,7 @@ def coalesce(msgs: Iterable[Message], src: int) -> tuple[list[Message], list[Mes
                     incarnation=inc,
                     identity=ident,
                     rows=rows_r[k : k + MAX_BEATS],
+                    node_nonce=node_nonce,
                 )
             )
     return out, other
@@ -171,6 +198,7 @@ def expand(m: Beats | BeatsResponse) -> list[Message]:
     the coalesced message's sender identity)."""
     src, dst, inc, ident = m.src, m.dst, m.incarnation, m.identity
     if m.type == BEATS:
+        q = m.quiesce  # type: ignore[union-attr]
         return [
             Heartbeat(
                 src=src,
@@ -181,6 +209,7 @@ def expand(m: Beats | BeatsResponse) -> list[Message]:
                 identity=ident,
                 commit=c,
                 context=x,
+                quiesce=q,
             )
             for g, t, c, x in m.rows
         ]

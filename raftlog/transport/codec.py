@@ -102,7 +102,7 @@ def _enc_vote_resp(m: RequestVoteResponse, p: pb.RaftMessage) -> None:
 
 
 def _enc_heartbeat(m: Heartbeat, p: pb.RaftMessage) -> None:
-    p.commit, p.context = m.commit, m.context
+    p.commit, p.context, p.quiesce = m.commit, m.context, m.quiesce
 
 
 def _enc_heartbeat_resp(m: HeartbeatResponse, p: pb.RaftMessage) -> None:
@@ -138,6 +138,9 @@ def _enc_read_index_resp(m: ReadIndexResponse, p: pb.RaftMessage) -> None:
 
 def _enc_beats(m: Beats | BeatsResponse, p: pb.RaftMessage) -> None:
     p.data = pack_rows(m)
+    p.node_nonce = m.node_nonce
+    if m.type == BEATS:
+        p.quiesce = m.quiesce
 
 
 _ENCODERS: dict[int, Callable] = {
@@ -248,7 +251,7 @@ def _dec_vote_resp(p: pb.RaftMessage, h: dict, limits: DecodeLimits) -> Message:
 
 def _dec_heartbeat(p: pb.RaftMessage, h: dict, limits: DecodeLimits) -> Message:
     _check_u63("commit", p.commit)
-    return Heartbeat(**h, commit=p.commit, context=p.context)
+    return Heartbeat(**h, commit=p.commit, context=p.context, quiesce=p.quiesce)
 
 
 def _dec_heartbeat_resp(p: pb.RaftMessage, h: dict, limits: DecodeLimits) -> Message:
@@ -294,8 +297,12 @@ def _dec_beats(p: pb.RaftMessage, h: dict, limits: DecodeLimits) -> Message:
         rows = unpack_rows(p.type, p.data, p.dst)
     except BeatsFormatError as exc:
         raise InvalidMessageError(f"coalesced heartbeats: {exc}") from None
-    cls = Beats if p.type == BEATS else BeatsResponse
-    return cls(**h, rows=rows)
+    _check_u63("node_nonce", p.node_nonce)
+    if p.type == BEATS:
+        return Beats(**h, rows=rows, node_nonce=p.node_nonce, quiesce=p.quiesce)
+    if p.quiesce:
+        raise InvalidMessageError("a coalesced heartbeat response flagged quiesce")
+    return BeatsResponse(**h, rows=rows, node_nonce=p.node_nonce)
 
 
 # Kinds that carry no term of their own: a follower's forwarded read, and the

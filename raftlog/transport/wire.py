@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 from raftlog.core.messages import Message, MsgType
 from raftlog.entry import LogEntry
-from raftlog.transport.beats import COALESCED_KINDS, pack_rows
+from raftlog.transport.beats import BEATS, COALESCED_KINDS, pack_rows
 
 _VARINT_CACHE = [bytes([i]) for i in range(128)]
 
@@ -145,6 +145,7 @@ def _message_parts(m: Message, entries: EntryEncoder, out: list[bytes]) -> None:
     elif t is MsgType.HEARTBEAT:
         _u(p, 9, m.commit)
         _u(p, 19, m.context)
+        _u(p, 31, m.quiesce)
     elif t is MsgType.HEARTBEAT_RESP:
         _u(p, 19, m.context)
     elif t is MsgType.SNAPSHOT:
@@ -164,6 +165,9 @@ def _message_parts(m: Message, entries: EntryEncoder, out: list[bytes]) -> None:
         _b(p, 26, m.context)
     elif t in COALESCED_KINDS:
         _b(p, 22, pack_rows(m))
+        _u(p, 30, m.node_nonce)
+        if t == BEATS:
+            _u(p, 31, m.quiesce)
     size += sum(len(x) for x in p)
     out.append(_K[1][1])
     out.append(varint(size))

@@ -9,6 +9,7 @@ import pytest
 from raftlog.core.messages import AppendEntries, Heartbeat, HeartbeatResponse
 from raftlog.transport import (
     BEATS,
+    BEATS_RESP,
     HOST_GROUP_ID,
     Beats,
     BeatsResponse,
@@ -80,7 +81,6 @@ def _rows(*rows):
     ("data", "term", "why"),
     [
         (b"\x01" * 31, 0, "whole rows"),
-        (b"", 0, "without rows"),
         (_rows((1, 0, 0, 0)), 0, "no term"),
         (_rows((HOST_GROUP_ID, 3, 0, 0)), 0, "reserved host group"),
         (_rows((1, 3, 0, 0), (1, 3, 0, 0)), 0, "twice"),
@@ -91,6 +91,46 @@ def _rows(*rows):
 def test_malformed_coalesced_messages_are_refused(data, term, why):
     with pytest.raises(InvalidMessageError, match=why):
         decode_batch(_raw(data, term=term), 2, {1}, GROUPS)
+
+
+def test_an_empty_response_is_refused_but_an_empty_beats_is_a_node_beat():
+    with pytest.raises(InvalidMessageError, match="response without rows"):
+        decode_batch(_raw(b"", kind=BEATS_RESP), 2, {1}, GROUPS)
+    (node_beat,) = decode_batch(_raw(b""), 2, {1}, GROUPS)
+    assert node_beat.rows == [] and node_beat.node_nonce == 0 and not node_beat.quiesce
+
+
+def test_quiesce_flag_and_node_nonce_round_trip_and_old_senders_decode_as_unflagged():
+    beats = [
+        Heartbeat(src=1, dst=2, term=3, group_id=1, commit=7, quiesce=True),
+        Heartbeat(src=1, dst=2, term=4, group_id=2, commit=9),
+    ]
+    out, other = coalesce(beats, 1, node_nonce=12345)
+    assert other == [] and len(out) == 2  # quiesce beats travel apart from plain ones
+    assert {m.quiesce for m in out} == {True, False}
+    assert all(m.node_nonce == 12345 for m in out)
+    for batch in (
+        encode_batch(out),
+        pb.MessageBatch.FromString(encode_batch_bytes(out, EntryEncoder())),
+    ):
+        got = decode_batch(batch, 2, {1}, GROUPS)
+        assert got == out
+        expanded = sorted((h for m in got for h in expand(m)), key=lambda h: h.group_id)
+        assert [(h.group_id, h.quiesce) for h in expanded] == [(1, True), (2, False)]
+    # a sender predating the fields: no nonce, no flag
+    (old,) = decode_batch(_raw(_rows((1, 3, 5, 0))), 2, {1}, GROUPS)
+    assert old.node_nonce == 0 and not old.quiesce
+    assert not expand(old)[0].quiesce
+
+
+def test_a_newer_beat_of_a_group_replaces_its_quiesce_beat_in_one_flush():
+    beats = [
+        Heartbeat(src=1, dst=2, term=3, group_id=1, commit=7, quiesce=True),
+        Heartbeat(src=1, dst=2, term=3, group_id=1, commit=7, context=4),
+    ]
+    out, _ = coalesce(beats, 1)
+    rows = [(m.quiesce, r) for m in out for r in m.rows]
+    assert rows == [(False, (1, 3, 7, 4))]
 
 
 def test_too_many_rows_are_refused():

@@ -1,0 +1,245 @@
+"""Quiescence and node liveness in RaftHost (docs/raft-runtime.md, "Quiescence").
+
+Three hosts in one process over a LocalNetwork (messages go through the real
+codec). Bounds are counted in host ticks, not wall time: every host shares the
+one event loop, so a stalled loop delays all of them alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from raftlog.core import Role
+from raftlog.runtime import HostOptions, NodeOptions, RaftGroup, RaftHost
+from raftlog.transport import HOST_GROUP_ID, Beats, LocalNetwork
+from tests.helpers.raft_inprocess import RecordingFSM, wait_until
+
+T = 20  # election ticks
+OPTS = NodeOptions(tick_ms=10, election_ticks=T, quiesce_ticks=4)
+IDS = (1, 2, 3)
+PEERS = {i: f"local:{i}" for i in IDS}
+GROUPS = (1, 2, 3, 4)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, timeout=120))
+
+
+class Cluster:
+    def __init__(self, base: str, quiesce: bool = True) -> None:
+        self.base = base
+        self.net = LocalNetwork()
+        self.hosts: dict[int, RaftHost] = {}
+        self.quiesce = quiesce
+
+    async def start(self) -> None:
+        for i in IDS:
+            host = RaftHost(
+                i,
+                self.net.transport(i, groups=()),
+                data_dir=os.path.join(self.base, f"n{i}"),
+                options=HostOptions(tick_ms=OPTS.tick_ms, quiesce=self.quiesce),
+            )
+            await host.start()
+            self.hosts[i] = host
+            for g in GROUPS:
+                await host.add_group(g, PEERS, RecordingFSM(), OPTS, seed=i * 100 + g)
+
+    def leader(self, g: int, among: tuple[int, ...] = IDS) -> RaftGroup | None:
+        leads = [self.hosts[i].groups[g] for i in among if self.hosts[i].groups[g].is_leader()]
+        return leads[0] if len(leads) == 1 else None
+
+    async def leaders(self) -> dict[int, RaftGroup]:
+        await wait_until(lambda: all(self.leader(g) for g in GROUPS), what="leaders")
+        return {g: self.leader(g) for g in GROUPS}
+
+    def all_quiesced(self, among: tuple[int, ...] = IDS) -> bool:
+        return all(len(self.hosts[i]._quiet) == len(GROUPS) for i in among)
+
+    async def quiet(self) -> dict[int, RaftGroup]:
+        leaders = await self.leaders()
+        for g, lead in leaders.items():
+            await lead.apply(b"x%d" % g)
+        await wait_until(self.all_quiesced, what="every group quiesced on every host")
+        return leaders
+
+    async def stop(self) -> None:
+        for h in self.hosts.values():
+            await h.stop()
+
+
+async def _ticks(host: RaftHost, n: int) -> None:
+    end = host.stats.ticks + n
+    await wait_until(lambda: host.stats.ticks >= end, what=f"{n} ticks")
+
+
+def test_idle_groups_quiesce_then_only_node_beats_flow(tmp_path):
+    async def main():
+        c = Cluster(str(tmp_path))
+        await c.start()
+        try:
+            await c.quiet()
+            h = c.hosts[1]
+            node_beats = h.stats.node_beats_sent
+            rows = {i: c.hosts[i].stats.beat_rows_sent for i in IDS}
+            ticked_before = {i: c.hosts[i].stats.ticks for i in IDS}
+            await _ticks(h, 3 * T)
+            # no group beat for three election timeouts, no election
+            assert {i: c.hosts[i].stats.beat_rows_sent for i in IDS} == rows
+            assert h.stats.node_beats_sent >= node_beats + 2 * (3 * T - 2)  # ~one per peer per tick
+            assert c.all_quiesced()
+            assert all(c.hosts[i].stats.peers_declared_down == 0 for i in IDS)
+            assert all(c.hosts[i].stats.ticks > ticked_before[i] for i in IDS)
+            terms = {g: c.leader(g).term for g in GROUPS}
+            assert all(t >= 1 for t in terms.values())
+            st = h.status()
+            assert st["quiesced_groups"] == len(GROUPS) and st["quiescence"] is True
+        finally:
+            await c.stop()
+
+    run(main())
+
+
+def test_a_proposal_wakes_the_group_which_quiesces_again(tmp_path):
+    async def main():
+        c = Cluster(str(tmp_path))
+        await c.start()
+        try:
+            leaders = await c.quiet()
+            lead = leaders[1]
+            term = lead.term
+            res = await lead.apply(b"wake")
+            assert res.index > 0 and lead.term == term
+            assert 1 in lead.host._ticking or 1 in lead.host._quiet
+            await wait_until(
+                lambda: all(len(c.hosts[i].groups[1].fsm.applied) == 2 for i in IDS),
+                what="the write applied everywhere",
+            )
+            await wait_until(c.all_quiesced, what="quiesced again")
+            assert c.leader(1) is lead and lead.term == term  # no election on the way
+        finally:
+            await c.stop()
+
+    run(main())
+
+
+def test_read_index_on_quiesced_groups_is_linearizable(tmp_path):
+    async def main():
+        c = Cluster(str(tmp_path))
+        await c.start()
+        try:
+            leaders = await c.quiet()
+            lead = leaders[2]
+            follower = next(c.hosts[i].groups[2] for i in IDS if i != lead.id)
+            rows = lead.host.stats.beat_rows_sent
+            idx = await lead.read_index()
+            assert idx == lead.commit_index  # every write committed before the call
+            assert lead.host.stats.beat_rows_sent > rows  # a real heartbeat round ran
+            # and from a quiesced follower (forwarded to the leader)
+            await wait_until(c.all_quiesced, what="quiesced again")
+            assert await follower.read_index() == idx
+        finally:
+            await c.stop()
+
+    run(main())
+
+
+def test_leader_node_silence_elects_new_leaders_within_bounded_ticks(tmp_path):
+    """Every group quiesced; then the process leading group 1 is cut off. The
+    others declare it down after a randomized election timeout [T, 2T) and the
+    followers of every group it led campaign within 1..T more ticks; the cut-off
+    leaders wake (no quorum of live voters) and step down within T ticks."""
+
+    async def main():
+        c = Cluster(str(tmp_path))
+        await c.start()
+        try:
+            leaders = await c.quiet()
+            dead = leaders[1].id
+            led = [g for g, lead in leaders.items() if lead.id == dead]
+            rest = tuple(i for i in IDS if i != dead)
+            watch = c.hosts[rest[0]]
+            start = watch.stats.ticks
+            c.net.isolate(dead)
+            await wait_until(
+                lambda: all(
+                    c.leader(g, rest) is not None and c.leader(g, rest).term > leaders[g].term
+                    for g in led
+                ),
+                what="new leaders",
+            )
+            took = watch.stats.ticks - start
+            print(f"groups {led} led by node {dead}: new leaders after {took} ticks (T={T})")
+            # detection < 2T, then campaign within T, then a pre-vote and a vote round
+            assert took <= 3 * T + 10
+            assert watch.stats.peers_declared_down >= 1
+            # groups led elsewhere keep their leader and term
+            for g in set(GROUPS) - set(led):
+                assert c.leader(g, rest) is leaders[g] and leaders[g].term == c.leader(g).term
+            old = c.hosts[dead]
+            await wait_until(
+                lambda: all(old.groups[g].role is not Role.LEADER for g in led),
+                what="the cut-off leaders step down",
+            )
+            assert old.stats.peers_declared_down == 2
+            # heal: the old node follows the new leaders and everything quiesces again
+            c.net.heal()
+            for g in led:
+                await c.leader(g, rest).apply(b"after")
+            await wait_until(c.all_quiesced, what="quiesced after the heal")
+        finally:
+            await c.stop()
+
+    run(main())
+
+
+def test_a_peer_restart_seen_by_its_nonce_wakes_the_groups_it_leads(tmp_path):
+    async def main():
+        c = Cluster(str(tmp_path))
+        await c.start()
+        try:
+            leaders = await c.quiet()
+            lead_node = leaders[1].id
+            other = next(i for i in IDS if i != lead_node)
+            h = c.hosts[other]
+            led = {g for g, lead in leaders.items() if lead.id == lead_node}
+            wakes = h.stats.liveness_wakes
+            h._on_coalesced(
+                [
+                    Beats(
+                        src=lead_node,
+                        dst=other,
+                        term=0,
+                        group_id=HOST_GROUP_ID,
+                        rows=[],
+                        node_nonce=c.hosts[lead_node].nonce ^ 1,
+                    )
+                ]
+            )
+            assert h.stats.peer_restarts_seen == 1
+            assert h.stats.liveness_wakes == wakes + len(led)
+            assert {g for g in GROUPS if not h.groups[g].quiesced} == led
+            # the real leader is alive: the group settles and quiesces again
+            await wait_until(c.all_quiesced, what="quiesced again")
+        finally:
+            await c.stop()
+
+    run(main())
+
+
+def test_quiescence_off_keeps_every_group_ticking(tmp_path):
+    async def main():
+        c = Cluster(str(tmp_path), quiesce=False)
+        await c.start()
+        try:
+            await c.leaders()
+            h = c.hosts[1]
+            rows = h.stats.beat_rows_sent
+            await _ticks(h, 2 * T)
+            assert h.stats.beat_rows_sent > rows and not h._quiet
+            assert h.stats.node_beats_sent == 0
+        finally:
+            await c.stop()
+
+    run(main())
