@@ -35,6 +35,12 @@ def print_targets(targets: dict[str, bool]) -> None:
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages (/proc/loadavg), for the figures' context."""
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU seconds the given processes have used so far, from /proc/<pid>/stat
     (steadier than wall time on a shared machine). A pid that has gone counts as 0."""

@@ -26,22 +26,9 @@ import shutil
 import tempfile
 import time
 
+from bench.common import cpu_seconds, loadavg
 from raftlog.process_cluster import RaftProcessCluster
 from raftlog.runtime import NodeOptions
-
-_CLK = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of a process, in seconds, from /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK
-
-
-def loadavg() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
 
 
 async def _statuses(c: RaftProcessCluster) -> dict[int, dict] | None:
@@ -99,11 +86,11 @@ async def idle_run(
         while sts0 is None:  # a slow answer: ask again (the window has not started)
             sts0 = await _statuses(c)
         pids = {i: nd.proc.pid for i, nd in c.nodes.items() if nd.proc is not None}
-        cpu0 = {i: proc_cpu_s(p) for i, p in pids.items()}
+        cpu0 = {i: cpu_seconds([p]) for i, p in pids.items()}
         t0 = time.monotonic()
         await asyncio.sleep(seconds)  # the measured window
         wall = time.monotonic() - t0
-        cpu1 = {i: proc_cpu_s(p) for i, p in pids.items()}
+        cpu1 = {i: cpu_seconds([p]) for i, p in pids.items()}
         sts1 = await _statuses(c)
         while sts1 is None:
             sts1 = await _statuses(c)

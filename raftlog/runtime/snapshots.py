@@ -32,6 +32,7 @@ import crc32c
 from raftlog.core.log_reader import Snapshot
 from raftlog.entry import SnapshotMeta
 from raftlog.storage.errors import CorruptLogError
+from raftlog.storage.segments import fsync_dir
 
 _HEADER = struct.Struct("<8sQQIQI")
 _MAGIC = b"RSSNAP01"
@@ -77,11 +78,7 @@ class SnapshotStore:
             os.replace(path, path + DAMAGED_SUFFIX)
             moved.append(path + DAMAGED_SUFFIX)
         if moved:
-            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(self.directory)
         self.damaged = []
         return moved
 
@@ -169,11 +166,7 @@ class SnapshotStore:
         doomed = sorted(i for i in self._snaps if i > index)
         self.delete_files([self._snaps.pop(i)[1] for i in doomed])
         if doomed:
-            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(self.directory)
         return doomed
 
     def delete_files(self, paths: list[str]) -> None:
