@@ -398,7 +398,9 @@ class SinkStateMachine(StateMachine):
     def topic(self, name: str) -> TopicInfo | None:
         return self._topics.get(name)
 
-    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+    def topic_by_id(self, topic_id: uuid.UUID | None) -> TopicInfo | None:
+        if topic_id is None:  # (DeleteTopics naming neither a name nor an id)
+            return None
         name = self._names.get(topic_id.hex)
         return None if name is None else self._topics[name]
 

@@ -238,3 +238,9 @@ def test_snapshot_plus_replay_equals_the_live_state(run):
     rebuilt.on_apply(entries[cut:])
     assert _state(rebuilt) == _state(live), f"seed={seed} cut={cut}"
     assert any(p[2]["next"] > 0 for p in _state(live)["parts"]), f"seed={seed}"
+
+
+def test_topic_by_id_of_no_id_is_no_topic():
+    """DeleteTopics may name neither a topic nor an id (the fuzzer sends it): no topic,
+    never an AttributeError in the handler (test_kafka_fuzz, seed 1317737891)."""
+    assert SinkStateMachine().topic_by_id(None) is None
