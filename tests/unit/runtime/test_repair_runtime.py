@@ -13,7 +13,7 @@ import pytest
 
 from raftlog.runtime import RaftNode
 from raftlog.runtime.errors import LeaderChangedError, NotLeaderError
-from raftlog.storage import CorruptLogError, StorageOptions
+from raftlog.storage import CorruptLogError, LogStore, StorageOptions
 from raftlog.storage.repair import MARKER
 from raftlog.transport import LocalNetwork
 from tests.helpers.raft_inprocess import FAST, InProcessRaftCluster, RecordingFSM, wait_until
@@ -169,8 +169,11 @@ def test_a_damaged_snapshot_the_log_can_do_without_is_set_aside(tmp_path):
         assert os.path.exists(newest + ".damaged") and not os.path.exists(newest)
         assert node.status()["identity"]["incarnation"]  # same storage: no replacement needed
         await node.apply(b"after")
-        base_index = node.queue.first_index() - 1
         await node.stop()
+        # the base as the stopped storage has it (the log may be compacted up to the stop)
+        store = LogStore.open(os.path.join(d, "log"))
+        base_index = store.first_index() - 1
+        store.close()
         assert base_index > 0
         base = os.path.join(snap_dir, f"snapshot-{base_index:020d}")
         base_file = next(
