@@ -175,6 +175,15 @@ class RaftProcessCluster:
         except Exception:
             return None
 
+    async def statuses(self) -> dict[int, dict]:
+        """The Status of every live node that answers (a node that does not is left out)."""
+        out = {}
+        for i in self.alive():
+            st = await self.status(i)
+            if st is not None:
+                out[i] = st
+        return out
+
     async def wait_leader(self, timeout: float = 30.0, exclude: int = 0) -> int:
         """The id of the node that leads (as every live node agrees), within timeout."""
         loop = asyncio.get_running_loop()

@@ -18,15 +18,6 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, timeout=600))
 
 
-async def _statuses(c: RaftProcessCluster) -> dict[int, dict]:
-    out = {}
-    for i in c.alive():
-        st = await c.status(i)
-        if st is not None:
-            out[i] = st
-    return out
-
-
 def _leaders(sts: dict[int, dict]) -> dict[int, tuple[int, int]]:
     """group -> (leader node, term), for groups with exactly one leader among sts."""
     seen: dict[int, list[tuple[int, int]]] = {}
@@ -61,7 +52,7 @@ def test_idle_groups_quiesce_and_failover_after_kill(tmp_path):
         try:
 
             async def all_quiet():
-                sts = await _statuses(c)
+                sts = await c.statuses()
                 if len(sts) != 3 or len(_leaders(sts)) != GROUPS:
                     return None
                 if not all(st["quiesced_groups"] == GROUPS for st in sts.values()):
@@ -70,10 +61,10 @@ def test_idle_groups_quiesce_and_failover_after_kill(tmp_path):
 
             # Startup elects 200 groups on 3 processes at once: minutes on a loaded CI box.
             await _wait(all_quiet, 300, "every group led and quiesced on every node")
-            sts0 = await _statuses(c)
+            sts0 = await c.statuses()
             t0 = time.monotonic()
             await asyncio.sleep(3)  # the measured window: nothing to wait for but time
-            sts1 = await _statuses(c)
+            sts1 = await c.statuses()
             wall = time.monotonic() - t0
             for i in sts1:
                 rows = (sts1[i]["beat_rows_sent"] - sts0[i]["beat_rows_sent"]) / wall
@@ -94,7 +85,7 @@ def test_idle_groups_quiesce_and_failover_after_kill(tmp_path):
             t_kill = time.monotonic()
 
             async def all_reelected():
-                sts = await _statuses(c)
+                sts = await c.statuses()
                 now = _leaders({i: st for i, st in sts.items() if i != victim})
                 if all(g in now and now[g][1] > term for g, term in led.items()):
                     return now
@@ -103,7 +94,7 @@ def test_idle_groups_quiesce_and_failover_after_kill(tmp_path):
             new = await _wait(all_reelected, 60, f"new leaders for the {len(led)} groups")
             failover_s = time.monotonic() - t_kill
             assert victim not in {node for node, _ in new.values()}
-            sts = await _statuses(c)
+            sts = await c.statuses()
             down = {i: st["peers_down"] for i, st in sts.items()}
             assert all(victim in d for d in down.values()), down
             print(

@@ -18,19 +18,10 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, timeout=300))
 
 
-async def _statuses(c: RaftProcessCluster) -> dict[int, dict]:
-    out = {}
-    for i in c.alive():
-        st = await c.status(i)
-        if st is not None:
-            out[i] = st
-    return out
-
-
 async def _leaders(c: RaftProcessCluster, exclude: int = 0) -> dict[int, int] | None:
     """group -> its leader's node id, when every group has exactly one live leader."""
     leaders: dict[int, set[int]] = {g: set() for g in range(1, GROUPS + 1)}
-    for i, st in (await _statuses(c)).items():
+    for i, st in (await c.statuses()).items():
         if i == exclude:
             continue
         for gid, g in st["by_group"].items():
@@ -112,7 +103,7 @@ def test_kill_host_leading_most_groups(tmp_path):
             c.start(victim)
 
             async def caught_up() -> bool:
-                sts = await _statuses(c)
+                sts = await c.statuses()
                 if len(sts) < 3:
                     return False
                 return all(
@@ -140,7 +131,7 @@ def test_kill_host_leading_most_groups(tmp_path):
                 assert all(bytes.fromhex(v).startswith(b"g%d-" % gid) for v in values), (
                     f"group {gid} holds another group's entry"
                 )
-            sts = await _statuses(c)
+            sts = await c.statuses()
             # (unknown_group_messages is not asserted: a node that starts, or restarts,
             # serves Raft traffic before it has opened its 16 groups, and drops what
             # peers send meanwhile; CI at load 8 saw 3. Misrouting is what must never
