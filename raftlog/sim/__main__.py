@@ -1,7 +1,7 @@
 """Replay or sweep simulation seeds.
 
 python -m raftlog.sim --seed 42 [--steps 100] [--groups G] [--verbose]
-python -m raftlog.sim --seeds 0:500 [--groups G]
+python -m raftlog.sim --seeds 0:500 [--groups G] [--workers W]
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from raftlog.sim.runner import DEFAULT_STEPS, SimFailure, run_seed
+from raftlog.sim.sweep import default_workers, sweep
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,6 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="chaos-phase length in ticks")
     ap.add_argument("--groups", type=int, default=1, help="Raft groups over the nodes (default 1)")
     ap.add_argument("--verbose", action="store_true", help="print every event")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes for --seeds (default: the cores, at most 4; 1 = this process)",
+    )
     a = ap.parse_args(argv)
     if a.seed is not None:
         seeds = range(a.seed, a.seed + 1)
@@ -29,6 +36,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give --seed N or --seeds LO:HI")
     if a.groups < 1:
         ap.error("--groups must be >= 1")
+    if a.seed is None and not a.verbose:
+        report = sweep(
+            ((s, {"steps": a.steps, "groups": a.groups}) for s in seeds),
+            workers=a.workers if a.workers is not None else default_workers(),
+        )
+        for _seed, text in report.failures:
+            print(text, file=sys.stderr)
+        failed = len(report.failures)
+        print(f"seeds {seeds.start}..{seeds.stop - 1}: {len(seeds) - failed} ok, {failed} failed")
+        return 1 if failed else 0
     failed = 0
     for s in seeds:
         try:

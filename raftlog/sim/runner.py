@@ -54,6 +54,8 @@ class SimResult:
     """Heartbeats and responses they carried."""
     disk_rounds: int = 0
     """Node disk rounds (one fsync each, covering every group's pending Ready)."""
+    losses: int = 0
+    """Storage losses injected (SimCluster.lose_storage calls that damaged a node)."""
 
 
 def params_for(seed: int, groups: int = 1) -> SimParams:
@@ -199,6 +201,7 @@ def run_seed(
             beats_sent=c.beats_sent,
             beat_rows_sent=c.beat_rows_sent,
             disk_rounds=c.disk_rounds,
+            losses=c.losses,
         )
     except SimFailure as e:
         raise SimFailure(_report(seed, steps, c, str(e))) from None

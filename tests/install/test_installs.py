@@ -152,7 +152,7 @@ def test_chaos_extra_runs_a_campaign_with_report_and_plot(tmp_path):
             str(bin_dir / "raftsink"),
             "chaos",
             "--seconds",
-            "20",
+            "10",
             "--seed",
             str(seed),
             "--out",

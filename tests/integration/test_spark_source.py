@@ -432,14 +432,17 @@ def test_exactly_once_through_leader_and_driver_kills(cluster, spark, tmp_path, 
     prods = Producers(cluster)
     prods.start()
 
-    kills = 3
+    # Two driver kills, the first after a leader kill -9 under the running query (a
+    # second leader kill added 60 s to CI and no new path: test_spark_secure kills
+    # leaders during batch reads).
+    kills = 2
     Driver.restarts = 0
     for run in range(kills):
         before = count_commits(paths["ckpt"])
         driver = Driver(cluster, paths, log_path)
         alive = driver.check_alive
         wait_for(lambda b=before: count_commits(paths["ckpt"]) > b, 240, "a batch", alive)
-        if run in (0, 2):  # kill -9 the Raft leader while producers and the query run
+        if run == 0:  # kill -9 the Raft leader while producers and the query run
             leader = asyncio.run(cluster.wait_ready(timeout=30))
             cluster.kill(leader)
             asyncio.run(cluster.wait_ready(timeout=30))

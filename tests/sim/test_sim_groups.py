@@ -23,6 +23,7 @@ import pytest
 
 from raftlog.sim import SimCluster, SimFailure, run_seed
 from raftlog.sim.runner import DEFAULT_STEPS
+from raftlog.sim.sweep import sweep
 
 DEFAULT_SEEDS = 80
 GROUPS_64_EVERY = 8
@@ -39,24 +40,21 @@ def test_multi_group_seeds():
     n = int(os.environ.get("RAFTSINK_SIM_GROUP_SEEDS", DEFAULT_SEEDS))
     start = int(os.environ.get("RAFTSINK_SIM_SEED_START", 0))
     print(f"\nraftlog sim, many groups: seeds {start}..{start + n - 1}")
-    failures = []
-    totals = {"runs": 0, "beats": 0, "rows": 0, "misrouted": 0, "dropped": 0, "g64": 0}
+    jobs = []
     for seed in range(start, start + n):
         groups, steps = groups_for(seed)
-        try:
-            res = run_seed(seed, steps, groups=groups)
-        except SimFailure as e:
-            failures.append(str(e))
-            if len(failures) >= 3:
-                break
-            continue
-        totals["runs"] += 1
-        totals["g64"] += groups == 64
-        totals["beats"] += res.beats_sent
-        totals["rows"] += res.beat_rows_sent
-        totals["misrouted"] += res.misrouted
-        totals["dropped"] += res.unknown_group_drops
-    assert not failures, "\n\n".join(failures)
+        jobs.append((seed, {"steps": steps, "groups": groups}))
+    report = sweep(jobs)
+    assert not report.failures, report.failure_text()
+    res = report.results
+    totals = {
+        "runs": len(res),
+        "g64": sum(r.groups == 64 for r in res),
+        "beats": sum(r.beats_sent for r in res),
+        "rows": sum(r.beat_rows_sent for r in res),
+        "misrouted": sum(r.misrouted for r in res),
+        "dropped": sum(r.unknown_group_drops for r in res),
+    }
     print(f"totals: {totals}")
     # the faults and the coalescer really ran
     assert totals["g64"] >= n // GROUPS_64_EVERY
@@ -70,15 +68,9 @@ def test_multi_group_storage_loss_seeds():
     """Disk loss of a node damages every group's storage on it (one new incarnation)."""
     n = int(os.environ.get("RAFTSINK_SIM_GROUP_LOSS_SEEDS", 20))
     start = int(os.environ.get("RAFTSINK_SIM_SEED_START", 0))
-    failures = []
-    for seed in range(start, start + n):
-        try:
-            run_seed(seed, groups=8, **LOSSY)
-        except SimFailure as e:
-            failures.append(str(e))
-            if len(failures) >= 3:
-                break
-    assert not failures, "\n\n".join(failures)
+    report = sweep((seed, {"groups": 8, **LOSSY}) for seed in range(start, start + n))
+    assert not report.failures, report.failure_text()
+    assert sum(r.losses for r in report.results) > 0  # the fault really ran
 
 
 def test_checker_catches_an_entry_cache_keyed_without_the_group(monkeypatch):

@@ -1,7 +1,9 @@
 """Seeded simulation runs. RAFTSINK_SIM_SEEDS sets how many (default below).
 
 RAFTSINK_SIM_SEED_START shifts the range (e.g. for nightly sweeps of new seeds);
-RAFTSINK_SIM_STEPS sets the chaos-phase length in ticks (default 200).
+RAFTSINK_SIM_STEPS sets the chaos-phase length in ticks (default 200);
+RAFTSINK_SIM_WORKERS the worker processes (raftlog.sim.sweep: default the cores, at
+most 4; the seeds and their verdicts are the same with any number).
 A failure names its seed; replay with `python -m raftlog.sim --seed N --verbose`.
 """
 
@@ -15,6 +17,7 @@ import raftlog.core.raft_log as raft_log_mod
 from raftlog.sim import SimFailure, run_seed
 from raftlog.sim.cluster import SimCluster
 from raftlog.sim.runner import DEFAULT_STEPS, params_for
+from raftlog.sim.sweep import default_workers, sweep
 
 DEFAULT_SEEDS = 2500
 
@@ -23,16 +26,14 @@ def test_sim_seeds():
     n = int(os.environ.get("RAFTSINK_SIM_SEEDS", DEFAULT_SEEDS))
     start = int(os.environ.get("RAFTSINK_SIM_SEED_START", 0))
     steps = int(os.environ.get("RAFTSINK_SIM_STEPS", DEFAULT_STEPS))
-    print(f"\nraftlog sim: seeds {start}..{start + n - 1} ({n} seeds, {steps} ticks of chaos each)")
-    failures = []
-    for seed in range(start, start + n):
-        try:
-            run_seed(seed, steps)
-        except SimFailure as e:
-            failures.append(str(e))
-            if len(failures) >= 3:
-                break
-    assert not failures, "\n\n".join(failures)
+    workers = default_workers()
+    print(
+        f"\nraftlog sim: seeds {start}..{start + n - 1} ({n} seeds, {steps} ticks of chaos each,"
+        f" {workers} worker processes)"
+    )
+    report = sweep(((seed, {"steps": steps}) for seed in range(start, start + n)), workers)
+    assert not report.failures, report.failure_text()
+    assert len(report.results) == n
 
 
 def test_same_seed_replays_identically():

@@ -18,35 +18,21 @@ import pytest
 
 from raftlog.sim import SimFailure, run_seed
 from raftlog.sim.cluster import SimCluster, SimParams
+from raftlog.sim.sweep import sweep
 
 DEFAULT_SEEDS = 1000
 LOSSY = {"identity": True, "storage_loss_weight": 8, "loss_kinds": SimCluster.LOSS_KINDS}
 
 
-def test_storage_loss_seeds_with_identity(monkeypatch):
+def test_storage_loss_seeds_with_identity():
     n = int(os.environ.get("RAFTSINK_SIM_LOSS_SEEDS", DEFAULT_SEEDS))
     start = int(os.environ.get("RAFTSINK_SIM_SEED_START", 0))
     print(f"\nraftlog sim, storage loss: seeds {start}..{start + n - 1} overrides {LOSSY}")
-    losses = {"n": 0}
-    orig = SimCluster.lose_storage
-
-    def counting(self: SimCluster, nid: int, kind: str) -> bool:
-        done = orig(self, nid, kind)
-        losses["n"] += done
-        return done
-
-    monkeypatch.setattr(SimCluster, "lose_storage", counting)
-    failures = []
-    for seed in range(start, start + n):
-        try:
-            run_seed(seed, **LOSSY)
-        except SimFailure as e:
-            failures.append(str(e))
-            if len(failures) >= 3:
-                break
-    assert not failures, "\n\n".join(failures)
-    print(f"storage losses injected: {losses['n']}")
-    assert losses["n"] >= n // 4  # the fault really ran
+    report = sweep((seed, LOSSY) for seed in range(start, start + n))
+    assert not report.failures, report.failure_text()
+    losses = sum(r.losses for r in report.results)
+    print(f"storage losses injected: {losses}")
+    assert losses >= n // 4  # the fault really ran
 
 
 def test_checker_catches_storage_loss_without_identity():
