@@ -439,6 +439,11 @@ def stage_table(report: dict) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
+    # gRPC core's settings for Raft, before anything imports grpc (raftlog/grpc_env.py):
+    # what `raftsink serve` gets once sink/cli.py calls it too.
+    from raftlog import grpc_env
+
+    grpc_env.apply()
     control = os.environ.get(PROFILE_ENV)
     if control:
         instrument()

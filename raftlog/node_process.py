@@ -17,6 +17,11 @@ a small JSON-over-gRPC control API:
 
 from __future__ import annotations
 
+# isort: off
+# First, before grpc is imported: gRPC core reads its settings once, at import.
+import raftlog.grpc_env  # noqa: F401
+# isort: on
+
 import argparse
 import asyncio
 import dataclasses
