@@ -150,6 +150,8 @@ async def thread_figures(base: str, rate: float, seconds: float, size: int, idle
     finally:
         c.stop_all()
     entries = r["entries"]
+    if not entries:  # e.g. a leader change under a loaded machine: no figure, say so
+        raise SystemExit(f"no entry committed in the load phase: {r}")
     idle_wall, load_wall = t1 - t0, t2 - t1
     followers = sorted(i for i in pids if i != leader)
     cols = {leader: "leader", followers[0]: "follower A", followers[1]: "follower B"}
