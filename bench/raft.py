@@ -9,6 +9,16 @@
   (it does not fsync: say so next to the figures).
 
     python bench/raft.py [--quick]
+    python bench/raft.py --threads [--rate 150] [--seconds 20] [--size 1024]
+
+--threads: the replication path's CPU per entry, per thread, at a low fixed rate
+(150 proposals/s is about the Produce request rate at 1,000 records/s): each
+process's threads from /proc/<pid>/task/*/stat (the event-loop thread, the disk
+writer, gRPC's threads), the idle cluster's rate per thread (measured just
+before) subtracted, in us per committed entry for the leader and each follower,
+with the transport's stream writes and messages per entry and the fsyncs per
+entry. The proposals come from an open loop inside the leader (one task per
+proposal: that task is in the leader's loop figure).
 
 The last line of output is one JSON object with the figures.
 """
@@ -28,7 +38,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import machine, print_targets
+from common import TICKS_PER_S, loadavg, machine, print_targets, task_times
 
 from raftlog.process_cluster import RaftProcessCluster, free_ports
 
@@ -95,6 +105,124 @@ async def failover(c: RaftProcessCluster, leader: int) -> float:
             raise TimeoutError("no commit within 30 s of the leader's kill")
 
 
+def _thread_kind(tid: int, pid: int, comm: str, py_names: dict[str, str]) -> str:
+    """A thread's row in the per-thread table (threads of one kind summed)."""
+    if tid == pid:
+        return "loop thread (asyncio, Raft, gRPC aio)"
+    name = py_names.get(str(tid))
+    if name is None:
+        return f"gRPC native: {comm}"
+    if name.startswith("raftlog-disk"):
+        return "disk writer (" + ("fsync pool" if "-sync" in name else "raftlog-disk") + ")"
+    if "_poll_wrapper" in name:
+        return "gRPC poller (_poll_wrapper)"
+    return f"python: {name.split(' ')[0]}"
+
+
+def _snapshot(c: RaftProcessCluster) -> dict[int, dict[int, tuple[str, int]]]:
+    return {i: task_times(nd.proc.pid) for i, nd in c.nodes.items() if nd.proc is not None}
+
+
+def _cpu_by_tid(a: dict[int, tuple[str, int]], b: dict[int, tuple[str, int]]) -> dict[int, float]:
+    """CPU seconds per thread between two task_times snapshots (new threads from 0)."""
+    return {tid: (t - a.get(tid, (c, 0))[1]) / TICKS_PER_S for tid, (c, t) in b.items()}
+
+
+async def thread_figures(base: str, rate: float, seconds: float, size: int, idle_s: float) -> dict:
+    """Per-thread CPU per entry of the replication path (see the module doc)."""
+    c = RaftProcessCluster(os.path.join(base, "raftlog"))
+    c.start()
+    try:
+        leader = await c.wait_leader()
+        # Warm-up: connections, caches, the allocator.
+        await c.call(leader, "Load", {"size": size, "seconds": 2.0, "rate": rate}, timeout=60)
+        st0 = await c.statuses()
+        pids = {i: nd.proc.pid for i, nd in c.nodes.items() if nd.proc is not None}
+        load0 = loadavg()
+        s0, t0 = _snapshot(c), time.perf_counter()
+        await asyncio.sleep(idle_s)
+        s1, t1 = _snapshot(c), time.perf_counter()
+        r = await c.call(
+            leader, "Load", {"size": size, "seconds": seconds, "rate": rate}, timeout=seconds + 60
+        )
+        s2, t2 = _snapshot(c), time.perf_counter()
+        st1 = await c.statuses()
+    finally:
+        c.stop_all()
+    entries = r["entries"]
+    if not entries:  # e.g. a leader change under a loaded machine: no figure, say so
+        raise SystemExit(f"no entry committed in the load phase: {r}")
+    idle_wall, load_wall = t1 - t0, t2 - t1
+    followers = sorted(i for i in pids if i != leader)
+    cols = {leader: "leader", followers[0]: "follower A", followers[1]: "follower B"}
+    table: dict[str, dict[str, float]] = {}
+    for i, col in cols.items():
+        names = st1[i].get("threads", {})
+        idle = _cpu_by_tid(s0[i], s1[i])
+        busy = _cpu_by_tid(s1[i], s2[i])
+        for tid, cpu in busy.items():
+            kind = _thread_kind(tid, pids[i], s2[i][tid][0], names)
+            extra = cpu - idle.get(tid, 0.0) / idle_wall * load_wall
+            row = table.setdefault(kind, dict.fromkeys(cols.values(), 0.0))
+            row[col] += extra / entries * 1e6
+    totals = {col: sum(row[col] for row in table.values()) for col in cols.values()}
+    counts: dict[str, dict[str, float]] = {}
+    for i, col in cols.items():
+        a, b = st0[i], st1[i]
+        ta, tb = a.get("transport", {}), b.get("transport", {})
+        n = b["applied_entries"] - a["applied_entries"]
+        counts[col] = {
+            "stream_writes": (tb.get("sent_batches", 0) - ta.get("sent_batches", 0)) / n,
+            "messages_sent": (tb.get("sent_messages", 0) - ta.get("sent_messages", 0)) / n,
+            "messages_received": (tb.get("received_messages", 0) - ta.get("received_messages", 0))
+            / n,
+            "fsyncs": (b["disk"]["fsyncs"] - a["disk"]["fsyncs"]) / n,
+            "disk_batches": (b["disk"]["batches"] - a["disk"]["batches"]) / n,
+        }
+    return {
+        "rate": rate,
+        "size": size,
+        "seconds": round(load_wall, 2),
+        "entries": entries,
+        "errors": r["errors"],
+        "p50_ms": round(r["p50_ms"], 2),
+        "p99_ms": round(r["p99_ms"], 2),
+        "loadavg_before": load0,
+        "loadavg_after": loadavg(),
+        "us_per_entry": {k: {c_: round(v, 1) for c_, v in row.items()} for k, row in table.items()},
+        "total_us_per_entry": {k: round(v, 1) for k, v in totals.items()},
+        "cluster_us_per_entry": round(sum(totals.values()), 1),
+        "per_entry_counts": {
+            k: {c_: round(v, 2) for c_, v in row.items()} for k, row in counts.items()
+        },
+    }
+
+
+def print_thread_table(f: dict) -> None:
+    cols = list(f["total_us_per_entry"])
+    print(
+        f"  {f['entries']} entries of {f['size']} B at {f['rate']:.0f}/s in {f['seconds']} s "
+        f"(p50 {f['p50_ms']} ms, p99 {f['p99_ms']} ms); load average {f['loadavg_before']}"
+    )
+    print("  us of CPU per entry, idle subtracted:")
+    print("  " + f"{'thread':<44}" + "".join(f"{c:>12}" for c in cols))
+    rows = sorted(f["us_per_entry"].items(), key=lambda kv: -sum(kv[1].values()))
+    for kind, row in rows:
+        print("  " + f"{kind:<44}" + "".join(f"{row[c]:>12.1f}" for c in cols))
+    print(
+        "  "
+        + f"{'process total':<44}"
+        + "".join(f"{f['total_us_per_entry'][c]:>12.1f}" for c in cols)
+    )
+    print(f"  cluster: {f['cluster_us_per_entry']} us per entry")
+    for k in ("stream_writes", "messages_sent", "messages_received", "fsyncs", "disk_batches"):
+        print(
+            "  "
+            + f"{k + ' per entry':<44}"
+            + "".join(f"{f['per_entry_counts'][c][k]:>12.2f}" for c in cols)
+        )
+
+
 def pysyncobj_figures(base: str, seconds: float, mode: str, arg: int) -> dict:
     ports = free_ports(3)
     addrs = [f"127.0.0.1:{p}" for p in ports]
@@ -141,7 +269,22 @@ def pysyncobj_figures(base: str, seconds: float, mode: str, arg: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="short run (< 60 s)")
+    ap.add_argument("--threads", action="store_true", help="only the per-thread CPU per entry")
+    ap.add_argument("--rate", type=float, default=150.0, help="--threads: proposals/s")
+    ap.add_argument("--seconds", type=float, default=20.0, help="--threads: load phase")
+    ap.add_argument("--size", type=int, default=1024, help="--threads: entry bytes")
+    ap.add_argument("--idle", type=float, default=10.0, help="--threads: idle phase")
     args = ap.parse_args()
+    if args.threads:
+        base = tempfile.mkdtemp(prefix="rs-bench-raft-")
+        print(f"machine: {machine()}")
+        try:
+            f = asyncio.run(thread_figures(base, args.rate, args.seconds, args.size, args.idle))
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        print_thread_table(f)
+        print(json.dumps(f))
+        return 0
     seconds = 3.0 if args.quick else 15.0
     base = tempfile.mkdtemp(prefix="rs-bench-raft-")
     print(f"machine: {machine()}")

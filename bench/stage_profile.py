@@ -45,6 +45,11 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
+# Run as `python -m bench.stage_profile` (node processes) and imported as `stage_profile`
+# (bench/produce.py, with bench/ on the path): find common.py either way.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import task_times
+
 PROFILE_ENV = "RAFTSINK_STAGE_PROFILE"
 SAMPLE_ENV = "RAFTSINK_STAGE_PROFILE_SAMPLE"
 SAMPLE_MEAN_S = 0.002
@@ -167,17 +172,7 @@ class Classifier:
 
 def _task_times() -> dict[int, tuple[str, int]]:
     """Every thread of this process: tid -> (comm, utime+stime ticks)."""
-    out = {}
-    for name in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{name}/stat") as f:
-                text = f.read()
-        except OSError:
-            continue
-        comm = text[text.index("(") + 1 : text.rindex(")")]
-        fields = text.rsplit(")", 1)[1].split()
-        out[int(name)] = (comm, int(fields[11]) + int(fields[12]))
-    return out
+    return task_times("self")
 
 
 class StageClock:
@@ -444,6 +439,11 @@ def stage_table(report: dict) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
+    # gRPC core's settings for Raft, before anything imports grpc (raftlog/grpc_env.py):
+    # what `raftsink serve` gets once sink/cli.py calls it too.
+    from raftlog import grpc_env
+
+    grpc_env.apply()
     control = os.environ.get(PROFILE_ENV)
     if control:
         instrument()

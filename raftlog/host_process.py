@@ -14,6 +14,11 @@ group. Groups 1..N are created (or reopened) at start. JSON control API:
 
 from __future__ import annotations
 
+# isort: off
+# First, before grpc is imported: gRPC core reads its settings once, at import.
+import raftlog.grpc_env  # noqa: F401
+# isort: on
+
 import argparse
 import asyncio
 import json

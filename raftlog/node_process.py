@@ -4,7 +4,7 @@ For multi-process tests, the Raft benchmark and demos of the log alone (the
 Kafka-facing server is `raftsink serve`). Besides the Raft transport it serves
 a small JSON-over-gRPC control API:
 
-    Status   {} -> node status + applied count
+    Status   {} -> node status + applied count, transport counters, Python thread names
     Propose  {"values": [hex, ...]} -> {"indexes": [...]}  (leader only)
     Load     {"size", "seconds", "concurrency"} or {"size", "seconds", "rate"}
              -> throughput and commit latency figures measured in this process
@@ -17,13 +17,20 @@ a small JSON-over-gRPC control API:
 
 from __future__ import annotations
 
+# isort: off
+# First, before grpc is imported: gRPC core reads its settings once, at import.
+import raftlog.grpc_env  # noqa: F401
+# isort: on
+
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -65,14 +72,21 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 
 class ControlService:
-    def __init__(self, node: RaftNode, fsm: RecordingStateMachine) -> None:
+    def __init__(
+        self, node: RaftNode, fsm: RecordingStateMachine, transport: GrpcTransport | None = None
+    ) -> None:
         self.node = node
         self.fsm = fsm
+        self.transport = transport
 
     async def status(self, req: dict) -> dict:
         st = self.node.status()
         st["applied_entries"] = len(self.fsm.applied)
         st["fatal"] = repr(self.node.fatal_error) if self.node.fatal_error else None
+        if self.transport is not None:  # stream writes and messages (bench/raft.py --threads)
+            st["transport"] = dataclasses.asdict(self.transport.stats)
+        # Python threads by OS id: /proc names them all "python" (bench/raft.py --threads).
+        st["threads"] = {str(t.native_id): t.name for t in threading.enumerate()}
         return st
 
     async def propose(self, req: dict) -> dict:
@@ -213,7 +227,7 @@ async def serve(args: argparse.Namespace) -> None:
     node = RaftNode(args.id, args.data_dir, peers, fsm, transport, options)
     await node.start()
     await serve_control_until_signal(
-        ControlService(node, fsm).handler(),
+        ControlService(node, fsm, transport).handler(),
         args.control,
         f"ready node={args.id} raft={args.raft} control={args.control}",
     )
