@@ -39,6 +39,10 @@ LOCAL_POLL_S = 0.5
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    # gRPC reads its settings once, at its first import: before sink.node imports it.
+    from raftlog import grpc_env
+
+    grpc_env.apply()
     from sink.config import ConfigError, flag_overrides, load_config
     from sink.node import run_on_event_loop, serve
     from sink.node.serve import RepairRestart
