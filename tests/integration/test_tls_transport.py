@@ -8,19 +8,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import pytest
-
 from raftlog.core.messages import RequestVote
 from raftlog.process_cluster import free_ports
 from raftlog.transport import GrpcTransport
 from raftlog.transport.routing import TransportStats
 from sink.security.tls import GrpcTls, TlsOptions
-from tests.helpers.tls_certs import Certs, make_certs
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"), names=("node1", "node2"))
 
 
 def _tls(cert: str, key: str, ca: str) -> GrpcTls:

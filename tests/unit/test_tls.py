@@ -17,12 +17,7 @@ import pytest
 from sink.config import load_config
 from sink.config.values import ConfigError
 from sink.security.tls import GrpcTls, KafkaContext, NodeTls, TlsConfigError, TlsOptions
-from tests.helpers.tls_certs import Certs, make_certs
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"), names=("node1", "node2", "client"))
+from tests.helpers.tls_certs import Certs
 
 
 def _opts(certs: Certs, name: str = "node1", **kw) -> TlsOptions:
