@@ -25,12 +25,15 @@ BENCH_HOT_SPOTS=1 also samples the nodes' stacks and prints hot lines (biased
 towards where the loop thread hands over the GIL: read the stage table for CPU).
 
 --tls: the same raftsink workload (kcat 1 KiB throughput, confluent-kafka at 1,000
-records/s) against a plaintext cluster and then a TLS cluster (Kafka listener with
-client certificates, mutual TLS between nodes, read API over TLS; throw-away
-certificates from scripts/make-certs.sh) in the same run; no JetStream (the latency
-phase is the open-loop one above, default linger). JSON:
-tls_throughput_ratio_1k (TLS / plaintext records/s) and tls_p99_ratio (TLS /
-plaintext p99).
+records/s) against a plaintext cluster, a cluster with TLS on the Kafka listener only
+(tls-kafka), and a TLS-everywhere cluster (Kafka listener with client certificates,
+mutual TLS between nodes, read API over TLS; throw-away certificates from
+scripts/make-certs.sh) in the same run; no JetStream (the latency phase is the
+open-loop one above, default linger). For the kcat phase it prints each process's
+CPU per record split by thread (loop, gRPC event_engine, other Python threads) and
+the client's, and the load average before and after. JSON: tls_throughput_ratio_1k
+(TLS everywhere / plaintext records/s), tls_p99_ratio (TLS / plaintext p99),
+tls_kafka_throughput_ratio_1k, cpu_split_us.
 
 Needs the Debian packages kcat and nats-server (installed here if missing, as
 root) and the pip package nats-py (dev extras). Last line: one JSON object.
