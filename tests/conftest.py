@@ -14,3 +14,6 @@ except ImportError:  # the tests that use it import it and say so
 else:
     settings.register_profile("raftsink", deadline=None)
     settings.load_profile("raftsink")
+
+pytest_plugins = ("tests.helpers.tls_certs",)
+"""Fixtures shared by test modules: `certs` (a module's throw-away TLS certificates)."""

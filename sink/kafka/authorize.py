@@ -1,17 +1,25 @@
 """Which ACL each Kafka request needs, as Kafka's KafkaApis asks them.
 
 Two places check:
-- the handlers of APIs answered per topic or partition where Kafka hides or fails
-  single items (Produce, Fetch, ListOffsets, Metadata, CreateTopics, DeleteTopics,
-  ListGroups, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, OffsetFetch,
-  OffsetCommit's topics) check each item themselves with `allowed(ctx, call, ...)`;
+- the handlers of APIs answered per topic, partition or group, where Kafka hides or
+  fails single items (Produce, Fetch, ListOffsets, Metadata, CreateTopics,
+  DeleteTopics, CreatePartitions, DeleteRecords, DescribeProducers, ListGroups,
+  DescribeGroups, DeleteGroups, DescribeConfigs, AlterConfigs,
+  IncrementalAlterConfigs, OffsetFetch, OffsetCommit's and OffsetDelete's topics)
+  check each item themselves with `allowed(ctx, call, ...)`: a denied item is
+  answered TOPIC_/GROUP_AUTHORIZATION_FAILED and nothing is done for it, the others
+  are served (Kafka's KafkaApis: filterByAuthorized);
 - every other API is checked here, before its handler runs (`gate`, called by the
   connection's dispatch step): a request that needs anything the principal lacks
   is answered whole with its API's error_response and the code Kafka gives
-  (GROUP_/TOPIC_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Where Kafka
-  would fail only the denied topics of a multi-topic request (DeleteRecords,
-  CreatePartitions, DescribeProducers, ...), the whole request is refused:
-  stricter than Kafka, never looser.
+  (GROUP_/TOPIC_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED). OffsetDelete's
+  group is checked here (Kafka refuses the whole request without DELETE on it),
+  its topics in the handler.
+
+`authorized_operations` (Metadata's topics and cluster, DescribeGroups,
+DescribeCluster, when the request asks): the bit set of the operations Kafka
+lists for the resource type that the principal is allowed (bit = AclOperation
+code); NOT_REQUESTED (INT32_MIN) when not asked or not authorized to describe.
 
 The gate runs on the node the client is connected to, before any relay to the
 leader: a relayed request has already been authorized for its client's principal
@@ -129,21 +137,7 @@ GATES: dict[int, Callable[[Any], list[Need]]] = {
         (LeaveGroupRequest, _group(Operation.READ)),
         (OffsetCommitRequest, _group(Operation.READ)),  # its topics: in the handler
         (FindCoordinatorRequest, _find_coordinator),
-        (
-            DescribeGroupsRequest,
-            lambda req: [(GROUP, g, Operation.DESCRIBE) for g in req.groups],
-        ),
-        (
-            DeleteGroupsRequest,
-            lambda req: [(GROUP, g, Operation.DELETE) for g in req.groups_names],
-        ),
-        (
-            OffsetDeleteRequest,
-            lambda req: [(GROUP, req.group_id, Operation.DELETE), *_topics(Operation.READ)(req)],
-        ),
-        (CreatePartitionsRequest, _topics(Operation.ALTER)),
-        (DeleteRecordsRequest, _topics(Operation.DELETE)),
-        (DescribeProducersRequest, _topics(Operation.READ)),
+        (OffsetDeleteRequest, _group(Operation.DELETE)),  # its topics: in the handler
         (OffsetForLeaderEpochRequest, _topics(Operation.DESCRIBE, "topic")),
         (DescribeClusterRequest, _cluster(Operation.DESCRIBE)),
         (DescribeLogDirsRequest, _cluster(Operation.DESCRIBE)),
@@ -183,11 +177,17 @@ CHECKED_IN_HANDLER = frozenset(
         AlterConfigsRequest,
         IncrementalAlterConfigsRequest,
         OffsetFetchRequest,
+        CreatePartitionsRequest,
+        DeleteRecordsRequest,
+        DescribeProducersRequest,
+        DescribeGroupsRequest,
+        DeleteGroupsRequest,
     )
 ) | frozenset({0, 1, 2, 3, 16, 19, 20})
 """Produce, Fetch, ListOffsets, Metadata, ListGroups, CreateTopics, DeleteTopics, the
-config APIs and OffsetFetch: the handlers check each item themselves (OffsetCommit's
-topics too, its group in the gate)."""
+config APIs, OffsetFetch, CreatePartitions, DeleteRecords, DescribeProducers,
+DescribeGroups and DeleteGroups: the handlers check each item themselves
+(OffsetCommit's and OffsetDelete's topics too, their group in the gate)."""
 OPEN = frozenset({17, 18, 36})
 """SaslHandshake, ApiVersions, SaslAuthenticate: answered to anyone (Kafka's too)."""
 
@@ -226,3 +226,52 @@ def may_create_topic(ctx: HandlerContext, call: Call, name: str) -> bool:
 
 def topic_allowed(ctx: HandlerContext, call: Call, op: Operation, name: str) -> bool:
     return allowed(ctx, call, op, TOPIC, name)
+
+
+def topic_denied(ctx: HandlerContext, call: Call, op: Operation, name: str) -> bool:
+    """A per-item check: is op on topic `name` refused (TOPIC_AUTHORIZATION_FAILED)?"""
+    return not allowed(ctx, call, op, TOPIC, name)
+
+
+def group_denied(ctx: HandlerContext, call: Call, op: Operation, group: str) -> bool:
+    """A per-item check: is op on group `group` refused (GROUP_AUTHORIZATION_FAILED)?"""
+    return not allowed(ctx, call, op, GROUP, group)
+
+
+NOT_REQUESTED = -(2**31)
+"""authorized_operations when the request did not ask for them (Kafka's INT32_MIN)."""
+
+_SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
+    TOPIC: (
+        Operation.READ,
+        Operation.WRITE,
+        Operation.CREATE,
+        Operation.DELETE,
+        Operation.ALTER,
+        Operation.DESCRIBE,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+    ),
+    GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
+    CLUSTER: (
+        Operation.CREATE,
+        Operation.CLUSTER_ACTION,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+        Operation.IDEMPOTENT_WRITE,
+        Operation.ALTER,
+        Operation.DESCRIBE,
+    ),
+}
+"""The operations Kafka reports per resource type (AclEntry.supportedOperations)."""
+
+
+def authorized_operations(ctx: HandlerContext, call: Call, rtype: ResourceType, name: str) -> int:
+    """The bit set (1 << AclOperation code) of the operations on (rtype, name) the
+    request's principal is allowed, among those Kafka reports for rtype. With
+    authorization off every one of them is allowed (as Kafka without an authorizer)."""
+    bits = 0
+    for op in _SUPPORTED_OPERATIONS[rtype]:
+        if allowed(ctx, call, op, rtype, name):
+            bits |= 1 << int(op)
+    return bits

@@ -86,6 +86,9 @@ _READ_CHUNK = 1 << 18
 _HEAD_READ = 1 << 16
 """Largest read between frames (several small frames, or the head of a large one):
 what a connection may hold before its next frame has memory is small."""
+_TLS_RECORD = 1 << 14
+"""The most plaintext one TLS record carries (RFC 8446 5.1): over TLS, a response's
+parts are written in runs of about this size (tls_runs)."""
 _FETCH_KEY = int(FetchRequest.__api_key__)
 _NO_FETCH_LIMIT = 1 << 30  # a Fetch's max_bytes <= 0 (none): what the handler assumes
 
@@ -94,6 +97,37 @@ def _size_of(data: Any) -> int:
     if isinstance(data, list):
         return sum(len(p) for p in data)
     return len(data) if isinstance(data, (bytes, bytearray, memoryview)) else 0
+
+
+def tls_runs(parts: list) -> list:
+    """A response's wire parts regrouped for a TLS transport: the event loop's SSL
+    layer (uvloop's and asyncio's sslproto) calls SSLObject.write once per part, and
+    each call is at least one TLS record (header, AEAD tag, a cipher call). Small
+    parts (the size prefix, a Fetch's headers and small record batches) are joined
+    into runs of up to about one record's plaintext; a part of a record or more is
+    passed on as it is (the SSL layer cuts it into full records, no copy here).
+    Invariant: the concatenation of the result is that of parts, in order."""
+    if len(parts) < 2:
+        return parts
+    out: list = []
+    run: list = []
+    size = 0
+    for p in parts:
+        n = len(p)
+        if n >= _TLS_RECORD:
+            if run:
+                out.append(run[0] if len(run) == 1 else b"".join(run))
+                run, size = [], 0
+            out.append(p)
+            continue
+        run.append(p)
+        size += n
+        if size >= _TLS_RECORD:
+            out.append(b"".join(run))
+            run, size = [], 0
+    if run:
+        out.append(run[0] if len(run) == 1 else b"".join(run))
+    return out
 
 
 class ProtocolError(Exception):
@@ -121,6 +155,8 @@ class Connection:
         self.reader = reader
         self.writer = writer
         self.peer = writer.get_extra_info("peername")
+        self._tls = writer.get_extra_info("sslcontext") is not None
+        """The listener speaks TLS: responses are written in runs (tls_runs)."""
         self._client_host = f"/{self.peer[0]}" if isinstance(self.peer, tuple) else ""
         self.sasl = server.new_sasl_session()
         """This connection's SASL state and principal (None: the listener needs no SASL)."""
@@ -527,7 +563,7 @@ class Connection:
                     return
                 if not parts:
                     continue
-                writer.writelines(parts)
+                writer.writelines(tls_runs(parts) if self._tls else parts)
                 transport = writer.transport
                 if transport.get_write_buffer_size() or transport.is_closing():
                     # Only a transport holding unsent bytes can be paused (its

@@ -2,7 +2,7 @@
 
 `make_certs(dir)` -> a `Certs` with the cluster CA and node/client pairs; `rogue`
 certificates come from a second, unrelated CA; `expired` ones from the cluster CA but
-no longer valid. Nothing is cached across tests: each test session makes its own keys.
+no longer valid. `certs`: the same as a module-scoped pytest fixture. Nothing is cached across tests: each test session makes its own keys.
 """
 
 from __future__ import annotations
@@ -79,3 +79,10 @@ def make_certs(base: Path, names: tuple[str, ...] = ("node1", "node2", "node3", 
     _run([str(good), "expired"], env={"DAYS": "-1"})
     _run([str(rogue), "rogue"])
     return Certs(good, rogue)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    """One test module's certificates (make_certs' default names); registered for every
+    test by tests/conftest.py (pytest_plugins)."""
+    return make_certs(tmp_path_factory.mktemp("certs"))

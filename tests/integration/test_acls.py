@@ -430,3 +430,130 @@ def test_mutual_tls_principal_from_the_certificate(tmp_path_factory):
         assert err is not None and err.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED, err
     finally:
         c.stop()
+
+
+def _kafka_python_admin(cluster, user):
+    kadmin = pytest.importorskip("kafka.admin")
+    return kadmin.KafkaAdminClient(
+        bootstrap_servers=cluster.bootstrap_servers.split(","),
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism=MECH,
+        sasl_plain_username=user[0],
+        sasl_plain_password=user[1],
+    )
+
+
+def test_per_item_authorization_serves_the_allowed_items(cluster):
+    """DeleteRecords, CreatePartitions, DescribeGroups, DeleteGroups, OffsetDelete and
+    DescribeProducers answer per topic / group (as Kafka): the items alice may not
+    touch get TOPIC_/GROUP_AUTHORIZATION_FAILED and stay as they were, the others are
+    served. authorized_operations come back when asked (confluent-kafka)."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import NewPartitions
+
+    tag = uuid.uuid4().hex[:6]
+    mine, other = f"acl-item-{tag}", f"acl-other-{tag}"
+    g_mine, g_other = f"g-item-{tag}", f"g-other-{tag}"
+    for t in (mine, other):
+        _create_topic(cluster, t)
+        assert _produce(cluster, ADMIN, t, 4) == [None] * 4
+    for g in (g_mine, g_other):  # committed offsets make the groups exist
+        c = ck.Consumer(_conf(cluster, ADMIN, **{"group.id": g, "enable.auto.commit": False}))
+        try:
+            tps = [ck.TopicPartition(t, 0, 2) for t in (mine, other)]
+            assert all(tp.error is None for tp in c.commit(offsets=tps, asynchronous=False))
+        finally:
+            c.close()
+    group = CkResourceType.GROUP
+    _create(
+        cluster,
+        [
+            *(_binding(mine, ALICE, op) for op in (AclOperation.DELETE, AclOperation.ALTER)),
+            _binding(mine, ALICE, AclOperation.READ),
+            _binding(other, ALICE, AclOperation.DESCRIBE),  # sees it, may do nothing else
+            _binding(g_mine, ALICE, AclOperation.DELETE, rtype=group),
+            # librdkafka names the CLUSTER resource type (4) BROKER
+            _binding("kafka-cluster", ALICE, AclOperation.DESCRIBE, rtype=CkResourceType.BROKER),
+        ],
+    )
+    _on_every_node(cluster, AclFilter(ResourceType.TOPIC, mine), 3)
+    _on_every_node(cluster, AclFilter(ResourceType.TOPIC, other), 1)
+    _on_every_node(cluster, AclFilter(ResourceType.GROUP, g_mine), 1)
+    _on_every_node(cluster, AclFilter(ResourceType.CLUSTER, "kafka-cluster"), 1)
+    admin, alice = _admin(cluster), _admin(cluster, ALICE)
+
+    # authorized_operations: asked for, the bit set of what alice may do.
+    [d_mine] = alice.describe_topics(
+        TopicCollection([mine]), include_authorized_operations=True, request_timeout=30
+    ).values()
+    ops = set(d_mine.result().authorized_operations)
+    assert ops == {
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.READ,
+        AclOperation.DESCRIBE,
+    }, ops
+    described = alice.describe_consumer_groups(
+        [g_mine, g_other], include_authorized_operations=True, request_timeout=30
+    )
+    g = described[g_mine].result()
+    assert set(g.authorized_operations) == {AclOperation.DELETE, AclOperation.DESCRIBE}
+    with pytest.raises(ck.KafkaException, match="GROUP_AUTHORIZATION_FAILED"):
+        described[g_other].result()
+    cl = alice.describe_cluster(include_authorized_operations=True, request_timeout=30).result()
+    assert set(cl.authorized_operations) == {AclOperation.DESCRIBE}
+
+    # DeleteRecords: mine moves, other is refused and keeps its records.
+    res = alice.delete_records(
+        [ck.TopicPartition(mine, 0, 2), ck.TopicPartition(other, 0, 2)], request_timeout=30
+    )
+    by_topic = {tp.topic: f for tp, f in res.items()}
+    assert by_topic[mine].result().low_watermark == 2
+    with pytest.raises(ck.KafkaException, match="TOPIC_AUTHORIZATION_FAILED"):
+        by_topic[other].result()
+    low = ck.Consumer(_conf(cluster, ADMIN, **{"group.id": "lw"}))
+    try:
+        assert low.get_watermark_offsets(ck.TopicPartition(other, 0), timeout=20) == (0, 4)
+    finally:
+        low.close()
+
+    # CreatePartitions: mine grows, other is refused and keeps one partition.
+    res = alice.create_partitions([NewPartitions(mine, 2), NewPartitions(other, 2)])
+    assert res[mine].result(timeout=30) is None
+    with pytest.raises(ck.KafkaException, match="TOPIC_AUTHORIZATION_FAILED"):
+        res[other].result(timeout=30)
+
+    def partitions(t: str) -> int:
+        return len(admin.list_topics(t, timeout=20).topics[t].partitions)
+
+    until(lambda: partitions(mine) == 2, what=f"{mine} grown")
+    assert partitions(other) == 1
+
+    kp = _kafka_python_admin(cluster, ALICE)
+    try:
+        from kafka import TopicPartition as KTP
+        from kafka.errors import NoError, TopicAuthorizationFailedError
+
+        # DescribeProducers: READ on mine, nothing on other.
+        assert KTP(mine, 0) in kp.describe_producers([KTP(mine, 0)])
+        with pytest.raises(TopicAuthorizationFailedError):
+            kp.describe_producers([KTP(other, 0)])
+        # OffsetDelete: DELETE on g_mine; READ on mine only -> other's offset stays.
+        codes = kp.delete_group_offsets(g_mine, [KTP(mine, 0), KTP(other, 0)])
+        assert codes == {KTP(mine, 0): NoError, KTP(other, 0): TopicAuthorizationFailedError}
+    finally:
+        kp.close()
+    committed = ck.Consumer(_conf(cluster, ADMIN, **{"group.id": g_mine}))
+    try:
+        got = committed.committed([ck.TopicPartition(t, 0) for t in (mine, other)], timeout=20)
+        assert {tp.topic: tp.offset for tp in got} == {mine: ck.OFFSET_INVALID, other: 2}
+    finally:
+        committed.close()
+
+    # DeleteGroups: g_mine is deleted, g_other refused and kept.
+    res = alice.delete_consumer_groups([g_mine, g_other], request_timeout=30)
+    assert res[g_mine].result() is None
+    with pytest.raises(ck.KafkaException, match="GROUP_AUTHORIZATION_FAILED"):
+        res[g_other].result()
+    listed = {g.group_id for g in admin.list_consumer_groups(request_timeout=30).result().valid}
+    assert g_other in listed and g_mine not in listed

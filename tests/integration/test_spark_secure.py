@@ -21,7 +21,7 @@ import pytest
 from sink.process_cluster import SinkProcessCluster
 from sink.readapi.client import tls_credentials
 from tests.helpers.sasl_tools import until
-from tests.helpers.tls_certs import Certs, make_certs
+from tests.helpers.tls_certs import Certs
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash]
 ck = pytest.importorskip("confluent_kafka")
@@ -31,11 +31,6 @@ import confluent_kafka.admin as cka  # noqa: E402
 ADMIN = ("admin", "admin-secret")
 TOPIC = "secure-eo"
 PARTITIONS = 2
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")

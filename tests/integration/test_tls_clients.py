@@ -27,17 +27,12 @@ from sink.process_cluster import SinkProcessCluster
 from sink.readapi.client import ReadApiClient, tls_credentials
 from sink.security.tls import client_context
 from tests.helpers import client_tools
-from tests.helpers.tls_certs import Certs, make_certs
+from tests.helpers.tls_certs import Certs
 
 ck = pytest.importorskip("confluent_kafka")
 import confluent_kafka.admin  # noqa: E402, F401  (ck.admin.AdminClient)
 
 N = 50
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")

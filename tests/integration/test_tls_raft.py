@@ -16,14 +16,8 @@ import time
 import pytest
 
 from sink.process_cluster import SinkProcessCluster
-from tests.helpers.tls_certs import Certs, make_certs
 
 ck = pytest.importorskip("confluent_kafka")
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 async def _leader_of(cluster: SinkProcessCluster, nodes: list[int], timeout: float) -> int:

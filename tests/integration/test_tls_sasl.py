@@ -12,17 +12,12 @@ import time
 import pytest
 
 from sink.process_cluster import SinkProcessCluster
-from tests.helpers.tls_certs import Certs, make_certs
+from tests.helpers.tls_certs import Certs
 
 ck = pytest.importorskip("confluent_kafka")
 import confluent_kafka.admin  # noqa: E402, F401  (ck.admin.AdminClient)
 
 ADMIN = ("admin", "admin-secret")
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")

@@ -17,12 +17,7 @@ import pytest
 from sink.config import load_config
 from sink.config.values import ConfigError
 from sink.security.tls import GrpcTls, KafkaContext, NodeTls, TlsConfigError, TlsOptions
-from tests.helpers.tls_certs import Certs, make_certs
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"), names=("node1", "node2", "client"))
+from tests.helpers.tls_certs import Certs
 
 
 def _opts(certs: Certs, name: str = "node1", **kw) -> TlsOptions:
@@ -151,3 +146,25 @@ def test_grpc_credentials_reload_and_channel_credentials(certs, tmp_path):
     shutil.copy(f"{certs.dir}/node2.key", live / "node.key")
     assert g.reload()
     assert g._chain == (live / "node.pem").read_bytes() != before
+
+
+def test_is_tls_failure_tells_refusals_from_cut_connections():
+    """Details as gRPC 1.85 gives them (measured against real servers and a proxy)."""
+    from raftlog.transport.security import is_tls_failure
+
+    head = "failed to connect to all addresses; last error: "
+    refusals = [
+        "UNKNOWN: ipv4:127.0.0.1:1: Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL:"
+        " error:1000007d:SSL routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED",
+        "UNKNOWN: ipv4:127.0.0.1:1: Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL:"
+        " error:100000f7:SSL routines:OPENSSL_internal:WRONG_VERSION_NUMBER",  # plaintext peer
+        "UNAVAILABLE: ipv4:127.0.0.1:1: Socket closed",  # TLS 1.3: the peer refused our cert
+    ]
+    not_tls = [
+        "UNAVAILABLE: ipv4:127.0.0.1:1: Handshake read failed "
+        "(recvmsg:Connection reset by peer (104))",  # a proxy cut it before the handshake
+        "UNAVAILABLE: ipv4:127.0.0.1:1: Handshake read failed (Socket closed)",
+        "UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to remote host: Connection refused",
+    ]
+    assert [is_tls_failure(head + d) for d in refusals] == [True] * len(refusals)
+    assert [is_tls_failure(head + d) for d in not_tls] == [False] * len(not_tls)

@@ -3,7 +3,10 @@ controller; a follower answers NOT_CONTROLLER). Fewer or as many partitions as t
 topic has -> INVALID_PARTITIONS; more than kafka.max_create_partitions ->
 INVALID_PARTITIONS; manual assignments are accepted and ignored (every node holds
 every partition); validate_only checks without changing anything. The topic id
-stays."""
+stays.
+
+Authorization (as Kafka): ALTER on each topic; a topic the principal may not alter
+answers TOPIC_AUTHORIZATION_FAILED and is not grown, the others are."""
 
 from __future__ import annotations
 
@@ -12,10 +15,12 @@ from typing import Any
 
 from kio.schema.create_partitions.v3.request import CreatePartitionsRequest
 
+from sink.kafka.authorize import topic_denied
 from sink.kafka.handlers.api import Api, Call, Response, later
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
+from sink.security.acl import Operation
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
@@ -28,6 +33,8 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
     for t in call.req.topics:
         if t.name in seen:
             err, msg = ErrorCode.invalid_request, f"topic {t.name!r} named twice"
+        elif topic_denied(ctx, call, Operation.ALTER, t.name):
+            err, msg = ErrorCode.topic_authorization_failed, None
         elif ctx.lifecycle is None:
             err, msg = ErrorCode.unsupported_version, "partition creation is not served here"
         else:

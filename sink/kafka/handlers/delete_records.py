@@ -4,7 +4,11 @@ hosting no replica answers NOT_LEADER_OR_FOLLOWER). offset -1 means the high
 watermark; an offset beyond the high watermark -> OFFSET_OUT_OF_RANGE. Answers the
 low watermark (the new log start; a smaller offset than the current start leaves it
 and answers it). Afterwards Fetch below the start gets OFFSET_OUT_OF_RANGE and
-ListOffsets earliest answers the start."""
+ListOffsets earliest answers the start.
+
+Authorization (as Kafka): DELETE on each topic; a topic the principal may not
+delete answers TOPIC_AUTHORIZATION_FAILED for each of its partitions and its log
+start does not move, the others are served."""
 
 from __future__ import annotations
 
@@ -13,10 +17,12 @@ from typing import Any
 
 from kio.schema.delete_records.v2.request import DeleteRecordsRequest
 
+from sink.kafka.authorize import topic_denied
 from sink.kafka.handlers.api import Api, Call, Response, later
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
+from sink.security.acl import Operation
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
@@ -27,8 +33,11 @@ async def _delete(ctx: HandlerContext, call: Call) -> bytes:
     topics = []
     for t in call.req.topics:
         parts = []
+        denied = topic_denied(ctx, call, Operation.DELETE, t.name)
         for p in t.partitions:
-            if ctx.lifecycle is None:
+            if denied:
+                err, low = ErrorCode.topic_authorization_failed, -1
+            elif ctx.lifecycle is None:
                 err, low = ErrorCode.unsupported_version, -1
             elif (
                 ctx.partitions.has_partition(t.name, p.partition_index)

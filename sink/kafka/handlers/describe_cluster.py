@@ -1,7 +1,9 @@
 """DescribeCluster (KIP-700): the cluster id, every node with the address this
 listener advertises, and the controller: the Raft leader (-1 while leaderless).
 endpoint_type 2 (controllers, v1) is refused with UNSUPPORTED_ENDPOINT_TYPE as a
-broker does; authorized operations are not computed (no ACLs: INT32_MIN)."""
+broker does. cluster_authorized_operations: the principal's bit set on the cluster
+when include_cluster_authorized_operations asks (sink.kafka.authorize), else
+INT32_MIN. DESCRIBE on the cluster is checked before the handler (the gate)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,13 @@ from typing import Any
 
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 
+from sink.kafka.authorize import NOT_REQUESTED, authorized_operations
 from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
+from sink.security.acl import CLUSTER_NAME, ResourceType
 
-_NO_OPERATIONS = -(2**31)
 _BROKERS = 1
 
 
@@ -29,6 +32,9 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         {"broker_id": i, "host": h, "port": p, "rack": None}
         for i, (h, p) in sorted(ctx.brokers.items())
     ]
+    ops = NOT_REQUESTED
+    if getattr(call.req, "include_cluster_authorized_operations", False):
+        ops = authorized_operations(ctx, call, ResourceType.CLUSTER, CLUSTER_NAME)
     return answered(
         _encode(
             call.version,
@@ -37,12 +43,19 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             ctx.controller.cluster_id,
             brokers,
             ctx.leader_id(),
+            ops,
         )
     )
 
 
 def _encode(
-    version: int, corr: int, code: ErrorCode, cluster_id: str, brokers: list, controller: int
+    version: int,
+    corr: int,
+    code: ErrorCode,
+    cluster_id: str,
+    brokers: list,
+    controller: int,
+    ops: int = NOT_REQUESTED,
 ) -> bytes:
     body = {
         "throttle_time": 0,
@@ -52,7 +65,7 @@ def _encode(
         "cluster_id": cluster_id,
         "controller_id": controller,
         "brokers": brokers,
-        "cluster_authorized_operations": _NO_OPERATIONS,
+        "cluster_authorized_operations": ops,
     }
     return encode_response(DescribeClusterRequest.__api_key__, version, corr, body)
 

@@ -1,6 +1,12 @@
 """DescribeGroups: v0-5, from the coordinator's live groups. Members' metadata and
 assignments only while the group is Stable (as Kafka); an unknown group is
-described as Dead with error NONE (Kafka before v6)."""
+described as Dead with error NONE (Kafka before v6).
+
+Authorization (as Kafka): DESCRIBE on each group; a group the principal may not
+describe answers GROUP_AUTHORIZATION_FAILED (nothing else of it), the others are
+described. authorized_operations (v3+, include_authorized_operations): each
+described group's bit set (sink.kafka.authorize.authorized_operations), else
+INT32_MIN."""
 
 from __future__ import annotations
 
@@ -10,26 +16,48 @@ from typing import Any
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 
 from sink.groups.messages import DescribedGroup
+from sink.kafka.authorize import NOT_REQUESTED, authorized_operations, group_denied
 from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
-
-_NO_OPERATIONS = -(2**31)
+from sink.security.acl import Operation, ResourceType
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     ids = list(call.req.groups)
+    denied = {g for g in ids if group_denied(ctx, call, Operation.DESCRIBE, g)}
+    allowed = [g for g in ids if g not in denied]
     if ctx.groups is None:
         described = [
-            DescribedGroup(g, ErrorCode.coordinator_not_available, "", "", "") for g in ids
+            DescribedGroup(g, ErrorCode.coordinator_not_available, "", "", "") for g in allowed
         ]
     else:
-        described = ctx.groups.describe(ids)
-    return answered(encode(call.version, call.corr, described))
+        described = ctx.groups.describe(allowed) if allowed else []
+    by_id = {d.group_id: d for d in described}
+    refused = ErrorCode.group_authorization_failed
+    dead = ErrorCode.none  # a group the coordinator did not name: described as Dead
+    groups = [
+        DescribedGroup(g, refused, "", "", "")
+        if g in denied
+        else by_id.get(g, DescribedGroup(g, dead, "Dead", "", ""))
+        for g in ids
+    ]
+    ops: dict[str, int] = {}
+    if getattr(call.req, "include_authorized_operations", False):
+        ops = {
+            g.group_id: authorized_operations(ctx, call, ResourceType.GROUP, g.group_id)
+            for g in groups
+            if g.group_id not in denied
+        }
+    return answered(encode(call.version, call.corr, groups, ops))
 
 
-def encode(version: int, corr: int, groups: list[DescribedGroup]) -> bytes:
+def encode(
+    version: int, corr: int, groups: list[DescribedGroup], ops: dict[str, int] | None = None
+) -> bytes:
+    """ops: group id -> authorized_operations (absent: NOT_REQUESTED)."""
+    ops = ops or {}
     body = {
         "throttle_time": 0,
         "groups": [
@@ -50,7 +78,7 @@ def encode(version: int, corr: int, groups: list[DescribedGroup]) -> bytes:
                     }
                     for m in g.members
                 ],
-                "authorized_operations": _NO_OPERATIONS,
+                "authorized_operations": ops.get(g.group_id, NOT_REQUESTED),
             }
             for g in groups
         ],

@@ -4,7 +4,11 @@ of the Raft group that owns it, PartitionRoles.role; a follower or a node hostin
 replica answers NOT_LEADER_OR_FOLLOWER). No transactions are served, so
 coordinator_epoch and current_txn_start_offset are -1; last_timestamp is -1 (the
 state machine keeps log positions, not times). Expired producers
-(producers.id_expiration_ms) are not listed."""
+(producers.id_expiration_ms) are not listed.
+
+Authorization (as Kafka): READ on each topic; a topic the principal may not read
+answers TOPIC_AUTHORIZATION_FAILED for each of its partitions, the others are
+described."""
 
 from __future__ import annotations
 
@@ -13,18 +17,23 @@ from typing import Any
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest
 
+from sink.kafka.authorize import topic_denied
 from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
+from sink.security.acl import Operation
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     topics = []
     for t in call.req.topics:
         parts = []
+        denied = topic_denied(ctx, call, Operation.READ, t.name)
         for p in t.partition_indexes:
-            if ctx.lifecycle is None:
+            if denied:
+                parts.append(_part(p, ErrorCode.topic_authorization_failed))
+            elif ctx.lifecycle is None:
                 parts.append(_part(p, ErrorCode.unsupported_version))
             elif not ctx.partitions.has_partition(t.name, p):
                 parts.append(_part(p, ErrorCode.unknown_topic_or_partition))

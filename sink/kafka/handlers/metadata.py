@@ -10,7 +10,10 @@ relays such a request to it, which creates them.
 Authorization (as Kafka's): the all-topics answer lists only the topics the principal
 may DESCRIBE; a named one it may not is TOPIC_AUTHORIZATION_FAILED; auto-creation
 needs CREATE (cluster or topic), else UNKNOWN_TOPIC_OR_PARTITION where it may
-DESCRIBE the name."""
+DESCRIBE the name. authorized_operations (v8+): with include_topic_authorized_operations
+each topic served (not one refused) carries the principal's bit set on it, and with
+include_cluster_authorized_operations (v8-10) the cluster's (sink.kafka.authorize);
+otherwise INT32_MIN."""
 
 from __future__ import annotations
 
@@ -21,14 +24,14 @@ from typing import Any
 
 from kio.schema.metadata.v12.request import MetadataRequest
 
+from sink.kafka.authorize import NOT_REQUESTED, authorized_operations, topic_allowed
 from sink.kafka.authorize import may_create_topic as creatable
-from sink.kafka.authorize import topic_allowed
 from sink.kafka.forward import ForwardError, forward_frame
 from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
-from sink.security.acl import Operation
+from sink.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger("sink.kafka")
 _NO_TOPIC_ID = uuid.UUID(int=0)
@@ -115,7 +118,9 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             # Auto-creation goes through the log: let the leader answer (it creates).
             try:
                 resp = await forward_frame(ep[1], ep[2], call.frame, login=ctx.relay_login)
-                if ctx.advertised.forwarded_replies_usable:
+                # The leader answered for the relay user: its authorized_operations
+                # are not this principal's, so those are computed here.
+                if ctx.advertised.forwarded_replies_usable and not _wants_operations(req):
                     return answered(resp)
                 # Created by now; answer below with this listener's addresses.
             except ForwardError as exc:
@@ -137,14 +142,32 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
                 wanted.append((name, ErrorCode.unknown_topic_or_partition))
             else:
                 wanted.append((name, ErrorCode.topic_authorization_failed))
+    topics = [_topic_entry(ctx, n, err) for n, err in wanted]
+    if getattr(req, "include_topic_authorized_operations", False):
+        for t in topics:
+            if t["error_code"] != ErrorCode.topic_authorization_failed:
+                t["topic_authorized_operations"] = authorized_operations(
+                    ctx, call, ResourceType.TOPIC, t["name"]
+                )
+    cluster_ops = NOT_REQUESTED
+    if getattr(req, "include_cluster_authorized_operations", False):
+        cluster_ops = authorized_operations(ctx, call, ResourceType.CLUSTER, CLUSTER_NAME)
     body = {
         "throttle_time": 0,
         "brokers": _broker_list(ctx),
         "cluster_id": ctx.controller.cluster_id,
         "controller_id": ctx.leader_id(),
-        "topics": [_topic_entry(ctx, n, err) for n, err in wanted],
+        "topics": topics,
+        "cluster_authorized_operations": cluster_ops,
     }
     return answered(encode_response(MetadataRequest.__api_key__, version, call.corr, body))
+
+
+def _wants_operations(req: Any) -> bool:
+    return bool(
+        getattr(req, "include_topic_authorized_operations", False)
+        or getattr(req, "include_cluster_authorized_operations", False)
+    )
 
 
 def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes | None:

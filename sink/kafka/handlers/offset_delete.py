@@ -8,6 +8,12 @@ members -> its subscribed topics' partitions GROUP_SUBSCRIBED_TO_TOPIC (the othe
 deleted), or NON_EMPTY_GROUP when the coordinator does not know its subscription;
 unknown topic-partitions -> UNKNOWN_TOPIC_OR_PARTITION. A partition without an
 offset answers NONE (nothing to delete).
+
+Authorization (as Kafka's handleOffsetDeleteRequest): DELETE on the group is checked
+before the handler (sink.kafka.authorize's gate: GROUP_AUTHORIZATION_FAILED, whole);
+READ on each topic here: a topic the principal may not read answers
+TOPIC_AUTHORIZATION_FAILED for its partitions and keeps its offsets, the others are
+deleted.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from typing import Any
 
 from kio.schema.offset_delete.v0.request import OffsetDeleteRequest
 
+from sink.kafka.authorize import topic_denied
 from sink.kafka.handlers.api import Api, Call, Response, answered, later
 from sink.kafka.handlers.group_gate import coordinator_error
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
+from sink.security.acl import Operation
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
@@ -46,9 +54,12 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     codes: dict[tuple[str, int], ErrorCode] = {}
     deletable = []
     for t in req.topics:
+        denied = topic_denied(ctx, call, Operation.READ, t.name)
         for p in t.partitions:
             key = (t.name, p.partition_index)
-            if not ctx.partitions.has_partition(*key):
+            if denied:
+                codes[key] = ErrorCode.topic_authorization_failed
+            elif not ctx.partitions.has_partition(*key):
                 codes[key] = ErrorCode.unknown_topic_or_partition
             elif t.name in subscribed:
                 codes[key] = ErrorCode.group_subscribed_to_topic

@@ -181,3 +181,159 @@ def test_offsets_need_the_group_and_each_topic():
     assert int(_call(node, 8, 8).topics[0].partitions[0].error_code) == 0
     p = _call(node, 9, 8).groups[0].topics[0].partitions[0]
     assert (int(p.error_code), p.committed_offset) == (0, 5)
+
+
+# ----------------------------------------------- per item: the others served, nothing
+# done for a denied one (Kafka's filterByAuthorized)
+
+ADMIN = "User:admin"
+
+
+def _with_topics(*bindings: AclBinding, records: int = 3) -> MemoryNode:
+    """A node with topics "t" and "u" (auto-created by the super user's Produce), each
+    holding `records` records in partition 0."""
+    node = _node(*bindings)
+    for topic in ("t", "u"):
+        batch = make_batch([b"r"] * records)
+        r = _call(node, 0, 9, produce_values(batch, topic=topic), principal=ADMIN)
+        assert int(r.responses[0].partition_responses[0].error_code) == 0
+    return node
+
+
+def _commit(node: MemoryNode, group: str, topics=("t", "u"), offset: int = 2) -> None:
+    values = request_values(8) | {
+        "group_id": group,
+        "topics": [
+            {
+                "name": t,
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "committed_offset": offset,
+                        "committed_leader_epoch": -1,
+                        "commit_timestamp": -1,
+                        "committed_metadata": "",
+                    }
+                ],
+            }
+            for t in topics
+        ],
+    }
+    r = _call(node, 8, 8, values, principal=ADMIN)
+    assert {int(p.error_code) for t in r.topics for p in t.partitions} == {0}
+
+
+def test_delete_records_refuses_only_the_denied_topic():
+    node = _with_topics(_allow("t", Operation.DELETE))
+    values = {
+        "topics": [
+            {"name": name, "partitions": [{"partition_index": 0, "offset": 2}]}
+            for name in ("t", "u")
+        ],
+        "timeout": 1000,
+    }
+    r = _call(node, 21, 2, values)
+    got = {
+        t.name: (int(t.partitions[0].error_code), t.partitions[0].low_watermark) for t in r.topics
+    }
+    assert got == {"t": (0, 2), "u": (29, -1)}
+    assert node.fsm.log_start_offset("t", 0) == 2
+    assert node.fsm.log_start_offset("u", 0) == 0  # the denied topic: nothing moved
+
+
+def test_create_partitions_grows_only_the_allowed_topic():
+    node = _with_topics(_allow("t", Operation.ALTER))
+    values = {
+        "topics": [{"name": n, "count": 3, "assignments": None} for n in ("t", "u")],
+        "timeout": 1000,
+        "validate_only": False,
+    }
+    r = _call(node, 37, 3, values)
+    assert {x.name: int(x.error_code) for x in r.results} == {"t": 0, "u": 29}
+    assert node.fsm.topic("t").partitions == 3
+    assert node.fsm.topic("u").partitions == 1  # the denied topic: not grown
+    # A duplicate stays INVALID_REQUEST (checked first, as Kafka).
+    dup = values | {"topics": [{"name": "u", "count": 4, "assignments": None}] * 2}
+    assert {int(x.error_code) for x in _call(node, 37, 3, dup).results} >= {42}
+
+
+def test_describe_producers_per_topic():
+    node = _with_topics(_allow("t", Operation.READ))
+    r = _call(node, 61, 0, {"topics": [{"name": n, "partition_indexes": [0]} for n in "tu"]})
+    got = {t.name: int(t.partitions[0].error_code) for t in r.topics}
+    assert got == {"t": 0, "u": 29}
+
+
+def test_delete_groups_deletes_only_the_allowed_group():
+    node = _with_topics(_allow("g", Operation.DELETE, rtype=ResourceType.GROUP))
+    for g in ("g", "h"):
+        _commit(node, g)
+    r = _call(node, 42, 2, {"groups_names": ["h", "g"]})
+    assert [(x.group_id, int(x.error_code)) for x in r.results] == [("h", 30), ("g", 0)]
+    assert not node.fsm.group_offsets.has_group("g")
+    assert node.fsm.group_offsets.get("h", "t", 0).offset == 2  # denied: kept
+
+
+def test_offset_delete_keeps_the_denied_topics_offsets():
+    group_delete = _allow("g", Operation.DELETE, rtype=ResourceType.GROUP)
+    node = _with_topics(group_delete, _allow("t", Operation.READ))
+    _commit(node, "g")
+    values = {
+        "group_id": "g",
+        "topics": [{"name": n, "partitions": [{"partition_index": 0}]} for n in ("t", "u")],
+    }
+    r = _call(node, 47, 0, values)
+    assert int(r.error_code) == 0
+    got = {t.name: int(t.partitions[0].error_code) for t in r.topics}
+    assert got == {"t": 0, "u": 29}
+    assert node.fsm.group_offsets.get("g", "t", 0) is None
+    assert node.fsm.group_offsets.get("g", "u", 0).offset == 2  # denied: kept
+    # Without DELETE on the group the whole request is refused (Kafka's too).
+    node = _with_topics(_allow("t", Operation.READ))
+    _commit(node, "g")
+    r = _call(node, 47, 0, values)
+    assert int(r.error_code) == 30 and r.topics == ()
+    assert node.fsm.group_offsets.get("g", "t", 0).offset == 2
+
+
+def test_describe_groups_per_group_with_authorized_operations():
+    node = _node(_allow("g", Operation.READ, rtype=ResourceType.GROUP))
+    asked = {"groups": ["g", "h"], "include_authorized_operations": True}
+    r = _call(node, 15, 5, asked)
+    got = {g.group_id: (int(g.error_code), g.authorized_operations) for g in r.groups}
+    # READ implies DESCRIBE: bits 3 and 8; h refused, INT32_MIN.
+    assert got == {"g": (0, (1 << 3) | (1 << 8)), "h": (30, -(2**31))}
+    r = _call(node, 15, 5, asked | {"include_authorized_operations": False})
+    assert {g.authorized_operations for g in r.groups} == {-(2**31)}
+
+
+def test_metadata_and_describe_cluster_authorized_operations():
+    node = _with_topics(
+        _allow("t", Operation.WRITE),
+        _allow("kafka-cluster", Operation.DESCRIBE, rtype=ResourceType.CLUSTER),
+    )
+    values = {
+        "topics": [{"name": n, "topic_id": None} for n in ("t", "u")],
+        "allow_auto_topic_creation": False,
+        "include_cluster_authorized_operations": True,
+        "include_topic_authorized_operations": True,
+    }
+    for version in (8, 10, 12):
+        r = _call(node, 3, version, values)
+        got = {t.name: (int(t.error_code), t.topic_authorized_operations) for t in r.topics}
+        # WRITE implies DESCRIBE (bits 4 and 8); u is refused: INT32_MIN.
+        assert got == {"t": (0, (1 << 4) | (1 << 8)), "u": (29, -(2**31))}, version
+        if version <= 10:
+            assert r.cluster_authorized_operations == 1 << 8
+    r = _call(node, 3, 12, values | {"include_topic_authorized_operations": False})
+    assert {t.topic_authorized_operations for t in r.topics} == {-(2**31)}
+    # The super user: every operation Kafka lists for a topic / the cluster.
+    r = _call(node, 3, 10, values, principal=ADMIN)
+    topic_ops = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+    assert {t.topic_authorized_operations for t in r.topics} == {topic_ops}
+    assert r.cluster_authorized_operations == sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+    # DescribeCluster: asked for -> the bit set, else INT32_MIN.
+    dc = {"include_cluster_authorized_operations": True, "endpoint_type": 1}
+    assert _call(node, 60, 1, dc).cluster_authorized_operations == 1 << 8
+    dc["include_cluster_authorized_operations"] = False
+    assert _call(node, 60, 1, dc).cluster_authorized_operations == -(2**31)
