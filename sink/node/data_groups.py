@@ -12,7 +12,13 @@ runtime: every `interval_s` (and at once when the placement changes) it
   2. on each group this node leads, proposes SERVE until its machine hosts the
      partition, then CONFIGS while its topic's overrides differ from the controller's
      (idempotent: a duplicate changes nothing);
-  3. runs each hosted group's retention (a RetentionWorker per group, whose limit is
+  3. once per group per process, when this node leads a group that serves and is not
+     its preferred replica (the placement's first), hands leadership to it
+     (transfer_leader; Kafka's preferred leader at creation): whichever replica's
+     election timer fired first would otherwise lead, and striped preferred replicas
+     spread leaders over the nodes. Keeping them spread after failures is the leader
+     balancer's (sink.placement.balancer, driven from SinkNode.host), not this;
+  4. runs each hosted group's retention (a RetentionWorker per group, whose limit is
      that group's compaction limit).
 
 Invariants: at most one RaftGroup per group id (host.start_group refuses a second);
@@ -84,6 +90,8 @@ class DataGroups:
         self.propose_timeout_s = propose_timeout_s
         self.hosted: dict[int, HostedGroup] = {}
         self._proposing: set[int] = set()  # groups with a SERVE/CONFIGS in flight
+        self._handed: set[int] = set()  # groups whose preferred hand-off was tried here
+        self.hand_offs = 0
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
         self._data_event: asyncio.Event | None = None
@@ -138,6 +146,24 @@ class DataGroups:
         for gid, h in list(self.hosted.items()):
             if gid not in self._proposing and h.group.is_leader():
                 self._propose_serve(h)
+                self._hand_to_preferred(h)
+
+    def _hand_to_preferred(self, h: HostedGroup) -> None:
+        gid = h.placement.group
+        preferred = h.placement.replicas[0]
+        if gid in self._handed or preferred == self.node_id or not h.serves():
+            return
+        if h.group.leader_id != self.node_id:
+            return
+        self._handed.add(gid)
+        self.hand_offs += 1
+        task = asyncio.ensure_future(h.group.transfer_leader(preferred, timeout=5.0))
+
+        def done(f: asyncio.Future) -> None:
+            if not f.cancelled() and f.exception() is not None:
+                log.info("sink.groups hand-off group=%d to %d: %r", gid, preferred, f.exception())
+
+        task.add_done_callback(done)
 
     async def open_on_disk(self) -> int:
         """Restart: reopen the groups on disk that the applied placement places here
@@ -239,4 +265,5 @@ class DataGroups:
             "started": self.started_groups,
             "removed": self.removed_groups,
             "serve_proposals": self.serve_proposals,
+            "hand_offs": self.hand_offs,
         }
