@@ -539,6 +539,12 @@ class SinkNode:
         if self.data_groups is not None and self.host is not None:
             out["data_groups"] = self.data_groups.status()
             out["host"] = self.host.status()
+        if self.leader_poller is not None and self.leaders is not None:
+            out["leaders_table"] = {
+                "rows": len(self.leaders.rows),
+                "polls": self.leader_poller.polls,
+                "failures": self.leader_poller.failures,
+            }
         return out
 
     async def hand_off_leadership(self, timeout_s: float) -> int | None:

@@ -46,6 +46,9 @@ from sink.topics.worker import RetentionWorker
 
 log = logging.getLogger("sink.groups")
 
+HAND_OFF_ATTEMPTS = 3
+"""Tries to hand a group's first leadership to its preferred replica."""
+
 
 @dataclass(slots=True)
 class HostedGroup:
@@ -90,7 +93,9 @@ class DataGroups:
         self.propose_timeout_s = propose_timeout_s
         self.hosted: dict[int, HostedGroup] = {}
         self._proposing: set[int] = set()  # groups with a SERVE/CONFIGS in flight
-        self._handed: set[int] = set()  # groups whose preferred hand-off was tried here
+        # group -> hand-off attempts to its preferred replica (DONE: it succeeded)
+        self._handed: dict[int, int] = {}
+        self._handing: set[int] = set()  # a hand-off in flight
         self.hand_offs = 0
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
@@ -149,19 +154,31 @@ class DataGroups:
                 self._hand_to_preferred(h)
 
     def _hand_to_preferred(self, h: HostedGroup) -> None:
+        """At most HAND_OFF_ATTEMPTS tries per group per process, none after one
+        succeeded, and only while the partition holds no record: a one-off placement of
+        a new group's first leader, never a balancer (after a failover the partition
+        has data, so its new leader does not hand leadership to a dead preferred node:
+        a transfer in flight holds up the group's proposals)."""
         gid = h.placement.group
         preferred = h.placement.replicas[0]
-        if gid in self._handed or preferred == self.node_id or not h.serves():
+        tries = self._handed.get(gid, 0)
+        if tries >= HAND_OFF_ATTEMPTS or gid in self._handing or preferred == self.node_id:
             return
-        if h.group.leader_id != self.node_id:
+        if not h.serves() or h.group.leader_id != self.node_id:
             return
-        self._handed.add(gid)
+        if h.fsm.high_watermark(h.topic_id, h.placement.partition) > 0:
+            return
+        self._handed[gid] = tries + 1
+        self._handing.add(gid)
         self.hand_offs += 1
         task = asyncio.ensure_future(h.group.transfer_leader(preferred, timeout=5.0))
 
         def done(f: asyncio.Future) -> None:
-            if not f.cancelled() and f.exception() is not None:
-                log.info("sink.groups hand-off group=%d to %d: %r", gid, preferred, f.exception())
+            self._handing.discard(gid)
+            if f.cancelled() or f.exception() is not None:
+                log.info("sink.groups hand-off group=%d to %d failed: %r", gid, preferred, f)
+            else:
+                self._handed[gid] = HAND_OFF_ATTEMPTS
 
         task.add_done_callback(done)
 

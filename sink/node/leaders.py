@@ -136,7 +136,8 @@ class LeaderPoller:
             client = self._clients[address] = self.client_factory(address)
         try:
             reply = await client.partitions(timeout=min(2.0, self.interval_s * 2))
-        except Exception:  # a dead or slow peer: its answer simply does not come
+        except Exception as exc:  # a dead or slow peer: its answer simply does not come
             self.failures += 1
+            log.debug("sink.leaders node %d at %s: %r", node, address, exc)
             return
         self.table.learn_reply(node, reply.partitions, time.monotonic())
