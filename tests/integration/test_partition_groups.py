@@ -83,11 +83,19 @@ def leaders_seen(cluster: SinkProcessCluster, node: int) -> dict[int, int]:
 
 
 def data_groups_led(cluster: SinkProcessCluster) -> dict[int, int]:
-    """node -> data groups it leads now (its read API Status)."""
-    out = {}
-    for i in cluster.alive():
-        st = asyncio.run(cluster.status(i)) or {}
-        out[i] = (st.get("data_groups") or {}).get("leading", 0)
+    """node -> data groups it leads now (its read API Status; waits until every live
+    node answers: a Status can time out on a loaded machine)."""
+    out: dict[int, int] = {}
+
+    def ask() -> bool:
+        for i in cluster.alive():
+            if i not in out:
+                st = asyncio.run(cluster.status(i, timeout=5.0))
+                if st is not None:
+                    out[i] = st["data_groups"]["leading"]
+        return len(out) == len(cluster.alive())
+
+    wait_for(ask, 60, lambda: f"a Status from every node: {out}")
     return out
 
 
@@ -123,9 +131,29 @@ def cluster(tmp_path):
         c.stop()
 
 
-def create_topic(cluster: SinkProcessCluster, name: str, partitions: int, rf: int):
+def create_topic(cluster: SinkProcessCluster, name: str, partitions: int, rf: int) -> None:
+    """CreateTopics, retried while the controller moves (NOT_CONTROLLER, a timeout: the
+    outcome is unknown, so TOPIC_ALREADY_EXISTS after such a retry means created)."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    return admin.create_topics([NewTopic(name, partitions, rf)])[name].result(timeout=60)
+    retriable = (
+        confluent_kafka.KafkaError.NOT_CONTROLLER,
+        confluent_kafka.KafkaError.REQUEST_TIMED_OUT,
+    )
+    retried = False
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            admin.create_topics([NewTopic(name, partitions, rf)])[name].result(timeout=60)
+            return
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if retried and code == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if code not in retriable or time.monotonic() > deadline:
+                raise
+            print(f"create {name}: {exc}; retrying")
+            retried = True
+            time.sleep(0.2)
 
 
 def test_five_nodes_rf3_kill_the_busiest_leader_every_ack_read_once(cluster):
@@ -257,6 +285,32 @@ def test_five_nodes_rf3_kill_the_busiest_leader_every_ack_read_once(cluster):
         assert len(values) == len(set(values)), f"partition {p}: duplicates, seed={seed}"
         assert sorted(values) == sorted(v for _, v in acked[p]), f"partition {p}: acks differ"
     print(f"sent={sent} acked={sum(expected.values())} per partition={expected}")
+
+    # Restart: the killed node reopens its groups from disk before its Kafka port opens,
+    # and its replicas catch up (it serves reads of its partitions again).
+    placed_on_victim = sum(victim in reps for _, _, reps in md.values())
+    cluster.start(victim)
+    asyncio.run(cluster.wait_ready(timeout=120))
+    assert f"sink.groups node={victim} reopened {placed_on_victim} data groups" in (
+        cluster.log_tail(victim, 200_000)
+    )
+    mine = [p for p, (_, _, reps) in md.items() if victim in reps]
+
+    def caught_up() -> bool:
+        st = asyncio.run(cluster.status(victim)) or {}
+        hosted = (st.get("data_groups") or {}).get("hosted")
+        if hosted != placed_on_victim:
+            return False
+        reads = Consumer({"bootstrap.servers": cluster.peers[victim].kafka, "group.id": "x"})
+        try:
+            ends = [reads.get_watermark_offsets(TopicPartition(TOPIC, p), 5)[1] for p in mine]
+        except KafkaException:
+            return False
+        finally:
+            reads.close()
+        return ends == [expected[p] for p in mine]
+
+    wait_for(caught_up, 60, f"node {victim} hosting {placed_on_victim} groups, caught up")
 
 
 def test_bad_input_rf_above_nodes_and_produce_to_a_node_without_a_replica(cluster):
