@@ -349,3 +349,22 @@ def test_bad_input_rf_above_nodes_and_produce_to_a_node_without_a_replica(cluste
     assert metadata(port, TOPIC)[partition][0] == lead
     # The leader itself takes the same request.
     assert produce_v10(kafka_port(cluster, lead), TOPIC, partition).error_code == 0
+
+    # DeleteTopics: every node removes (and deletes) its replicas of the topic's groups.
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.delete_topics([TOPIC])[TOPIC].result(timeout=60)
+    removed: dict[int, dict] = {}
+
+    def all_removed() -> bool:
+        for i in cluster.alive():
+            st = asyncio.run(cluster.status(i, timeout=5.0))
+            if st is not None:
+                removed[i] = st["data_groups"]
+        return len(removed) == NODES and all(
+            g["hosted"] == 0 and g["removed"] == g["started"] for g in removed.values()
+        )
+
+    wait_for(all_removed, 60, lambda: f"groups removed everywhere: {removed}")
+    assert sum(g["removed"] for g in removed.values()) == PARTITIONS * RF
+    for i, n in cluster.nodes.items():
+        assert os.listdir(os.path.join(n.data_dir, "groups")) == ["0"], i
