@@ -12,9 +12,10 @@ runtime: every `interval_s` (and at once when the placement changes) it
   2. on each group this node leads, proposes SERVE until its machine hosts the
      partition, then CONFIGS while its topic's overrides differ from the controller's
      (idempotent: a duplicate changes nothing);
-  3. once per group per process, when this node leads a group that serves and is not
+  3. when this node leads a new group (its partition holds no record yet) and is not
      its preferred replica (the placement's first), hands leadership to it
-     (transfer_leader; Kafka's preferred leader at creation): whichever replica's
+     (transfer_leader, at most HAND_OFF_ATTEMPTS tries; Kafka's preferred leader at
+     creation): whichever replica's
      election timer fired first would otherwise lead, and striped preferred replicas
      spread leaders over the nodes. Keeping them spread after failures is the leader
      balancer's (sink.placement.balancer, driven from SinkNode.host), not this;
