@@ -551,7 +551,18 @@ class SinkNode:
         """Graceful shutdown's first step: a leader hands leadership to its most
         caught-up voter (TimeoutNow once that one has the whole log). Returns the new
         leader, or None (not leading, no other voter, or timeout: the others then
-        elect one after an election timeout, as after a crash)."""
+        elect one after an election timeout, as after a crash). With partition groups
+        the data groups led here hand off too (each to another of its replicas)."""
+        if self.data_groups is not None and timeout_s > 0:
+            # The data groups this node leads hand off alongside (each to another
+            # replica; a failure leaves that group to an election, as after a crash).
+            moved = asyncio.ensure_future(self.data_groups.hand_off_all(timeout_s))
+            target = await self._hand_off_controller(timeout_s)
+            log.warning("sink.shutdown handed off %d data groups", await moved)
+            return target
+        return await self._hand_off_controller(timeout_s)
+
+    async def _hand_off_controller(self, timeout_s: float) -> int | None:
         node, members = self.node, self.members
         if node is None or members is None or not node.is_leader() or timeout_s <= 0:
             return None

@@ -253,6 +253,25 @@ class DataGroups:
         info = self.controller.topic_by_id(uuid.UUID(hex=topic_id_hex))
         return None if info is None else info.name
 
+    async def hand_off_all(self, timeout_s: float) -> int:
+        """Graceful shutdown: every group led here hands leadership to another voter
+        (its preferred replica first) -> how many moved within timeout_s."""
+
+        async def one(h: HostedGroup) -> bool:
+            voters = h.group.membership()["voters"]
+            others = [n for n in h.placement.replicas if n != self.node_id and n in voters]
+            if not others:
+                return False
+            try:
+                await asyncio.wait_for(h.group.transfer_leader(others[0], timeout_s), timeout_s)
+            except Exception as exc:  # shutting down anyway: say why
+                log.info("sink.groups hand-off group=%d failed: %r", h.placement.group, exc)
+                return False
+            return True
+
+        led = [h for h in self.hosted.values() if h.group.is_leader()]
+        return sum(await asyncio.gather(*(one(h) for h in led)))
+
     # ------------------------------------------------------------- lookups
 
     def lookup(self, topic: str, partition: int) -> tuple[GroupPlacement | None, Any]:

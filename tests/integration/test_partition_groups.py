@@ -350,6 +350,25 @@ def test_bad_input_rf_above_nodes_and_produce_to_a_node_without_a_replica(cluste
     # The leader itself takes the same request.
     assert produce_v10(kafka_port(cluster, lead), TOPIC, partition).error_code == 0
 
+    # Graceful stop (SIGTERM) of that leader: its data groups hand off to other replicas
+    # (how many make it within node.shutdown_handoff_ms depends on the machine: printed),
+    # and partition 0 is led elsewhere afterwards.
+    led_before = asyncio.run(cluster.status(lead, timeout=5.0))["data_groups"]["leading"]
+    assert cluster.terminate(lead) == 0
+    line = [x for x in cluster.log_tail(lead, 200_000).splitlines() if "handed off" in x]
+    assert line and "data groups" in line[-1], cluster.log_tail(lead, 3000)
+    moved = int(line[-1].split("handed off ")[1].split()[0])
+    assert 0 <= moved <= led_before
+    print(f"SIGTERM: node {lead} handed off {moved} of the {led_before} data groups it led")
+    other = replicas[partition][0] if replicas[partition][0] != lead else replicas[partition][1]
+    wait_for(
+        lambda: metadata(kafka_port(cluster, other), TOPIC)[partition][0] not in (-1, lead),
+        30,
+        "partition 0 led by another replica",
+    )
+    cluster.start(lead)
+    asyncio.run(cluster.wait_ready(timeout=120))
+
     # DeleteTopics: every node removes (and deletes) its replicas of the topic's groups.
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     admin.delete_topics([TOPIC])[TOPIC].result(timeout=60)
