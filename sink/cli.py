@@ -173,6 +173,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
         read_api_credentials=credentials,
         processes_per_host=args.processes_per_host,
         authorization=args.authorization,
+        partition_groups=args.partition_groups,
     )
     if certs is not None:
         for i, node in cluster.nodes.items():
@@ -524,6 +525,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="K node processes per emulated host: nodes 1..K are host h1, K+1..2K h2, ... "
         "(node.host); placement keeps a group's replicas on different hosts "
         "(default: every node its own host)",
+    )
+    p.add_argument(
+        "--partition-groups",
+        action="store_true",
+        help="a Raft group per partition (cluster.partition_groups; docs/partition-groups.md)",
     )
     p.add_argument("--partitions", type=int, default=1, help="partitions of auto-created topics")
     p.add_argument("--keep", action="store_true", help="keep the temporary data dir")

@@ -53,6 +53,7 @@ class SinkProcessCluster:
         read_api_credentials: Any = None,
         authorization: bool = False,
         processes_per_host: int | None = None,
+        partition_groups: bool = False,
     ) -> None:
         """node_wrapper: module each node runs as (`python -m node_wrapper serve ...`);
         default sink.cli. It must end by calling sink.cli.main(argv).
@@ -63,7 +64,9 @@ class SinkProcessCluster:
         tests', whose clients have no ACLs (authorization.enabled; docs/security.md).
         processes_per_host: K node processes per emulated host: nodes 1..K get
         --node-host h1, K+1..2K h2, ... (placement keeps a group's replicas on different
-        hosts); None: no label, every node its own host (node.host's default)."""
+        hosts); None: no label, every node its own host (node.host's default).
+        partition_groups: start every node with cluster.partition_groups on (a Raft
+        group per partition; docs/partition-groups.md)."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if processes_per_host is not None and processes_per_host < 1:
@@ -100,6 +103,8 @@ class SinkProcessCluster:
         ]
         if not authorization:
             self.args.append("--no-authorization-enabled")
+        if partition_groups:
+            self.args.append("--cluster-partition-groups")
 
     def host_of(self, node_id: int) -> str:
         """Node `node_id`'s host label: h1 for nodes 1..K, h2 for K+1..2K, ...; without

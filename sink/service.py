@@ -179,6 +179,33 @@ class SinkService:
         self.disk_usage = self.lifecycle.disk_usage
         self.active_producers = self.lifecycle.active_producers
         self.log_dir = log_dir
+        # Partition groups (cluster.partition_groups): sink.node.routing.PartitionRouting,
+        # set by use_routing(); None: every partition is group 0's (this node's).
+        self.routing: Any = None
+        # What the handlers read partitions from (sink.kafka.server): the applied state,
+        # or with partition groups sink.node.routed_reads.RoutedReads.
+        self.partition_reads: Any = fsm
+
+    def use_routing(self, routing: Any) -> None:
+        """Partitions live in data groups from now on: role/produce/DeleteRecords/
+        DescribeProducers/CreateTopics go through routing (sink.node.routing).
+        CreatePartitions of a placed topic is refused (not built yet)."""
+        self.routing = routing
+        self.delete_records = routing.delete_records
+        self.active_producers = routing.active_producers
+        grow = self.lifecycle.create_partitions
+
+        async def create_partitions(
+            name: str, count: int, validate_only: bool
+        ) -> tuple[ErrorCode, str | None]:
+            if name in self.fsm.topics():
+                return (
+                    ErrorCode.invalid_request,
+                    "CreatePartitions is not supported with cluster.partition_groups yet",
+                )
+            return await grow(name, count, validate_only)
+
+        self.create_partitions = create_partitions
 
     async def apply_command(self, data: bytes) -> object:
         """Propose a command and return its applied result (raises the runtime's errors)."""
@@ -270,6 +297,8 @@ class SinkService:
         (no liveness is exposed). A node that is neither voter nor learner (removed)
         hosts no replica. Built from public reads only, as a tuple: Produce asks once
         per partition."""
+        if self.routing is not None:
+            return self.routing.role(topic, partition)
         node = self.node
         members = node.membership()
         voters = tuple(members["voters"])  # sorted
@@ -308,6 +337,8 @@ class SinkService:
         every batch is committed and applied, or an error code. Never raises.
         Proposing happens in call order (see the module doc).
         """
+        if self.routing is not None:
+            return self.routing.produce(topic, partition, records, batches)
         loop = asyncio.get_running_loop()
         if not self.node.is_leader():
             return _done(loop, ProduceResult(ErrorCode.not_leader_or_follower, -1, -1))
@@ -364,6 +395,7 @@ class SinkService:
         data: bytes,
         key: tuple[int, str, int, int, int] | None = None,
         epoch: int = 0,
+        group: Any = None,
     ) -> asyncio.Future:
         """Propose now (so a connection's batches enter the log in request order)
         and map the outcome to a ProduceResult future that never fails. key (an
@@ -371,9 +403,11 @@ class SinkService:
         producer epoch): the future is in _inflight until the outcome is known, so a
         retry of the batch meanwhile shares it; one callback both settles the future
         and removes the key (a callback per proposal, not two); its sequence-gap
-        verdicts go through self.sequence_gaps."""
+        verdicts go through self.sequence_gaps. group: the Raft group to propose
+        into (None: this node's, group 0)."""
+        proposer = self.node if group is None else group
         try:
-            proposal = self.node.propose(data, timeout=self.options.produce_timeout_s)
+            proposal = proposer.propose(data, timeout=self.options.produce_timeout_s)
         except Exception as exc:  # not proposed: the client retries
             return _done(loop, ProduceResult(_error_of(exc), -1, -1))
         out = loop.create_future()
@@ -433,16 +467,24 @@ class SinkService:
         return bool(_TOPIC_RE.match(name)) and name not in (".", "..")
 
     async def create_topic(
-        self, name: str, partitions: int, configs: dict[str, str] | None = None
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str] | None = None,
+        replication_factor: int = -1,
     ) -> CreateTopicResult:
         """Create a topic through the log (leader only), with its configs (validated
-        here and again at apply: INVALID_CONFIG, nothing created, if one is bad)."""
+        here and again at apply: INVALID_CONFIG, nothing created, if one is bad).
+        replication_factor (-1: the default) matters with partition groups only: one
+        group holds every replica otherwise."""
         if not self.valid_topic_name(name):
             return CreateTopicResult(ErrorCode.invalid_topic_exception, None)
         if not 1 <= partitions <= self.options.max_create_partitions:
             return CreateTopicResult(ErrorCode.invalid_partitions, None)
         if not self.node.is_leader():
             return CreateTopicResult(ErrorCode.not_controller, None)
+        if self.routing is not None:
+            return await self.routing.create_topic(name, partitions, configs, replication_factor)
         if configs:
             try:
                 configs = validate_all(configs)

@@ -211,6 +211,16 @@ class ClusterSection:
     balancer, which moves group leadership back to preferred replicas and off overloaded
     nodes by leadership transfer. Defaults are sink.placement.BalancerOptions'."""
 
+    partition_groups: bool = False
+    """Run a Raft group per partition (issue 16): group 0 is the controller (topics,
+    configs, ids, users/ACLs, quotas, consumer groups), each partition's records live in
+    its own data group on `replication_factor` nodes (docs/partition-groups.md, "Running
+    with partition groups"). Off: one Raft group holds everything, as before. Every node
+    of a cluster must agree: a mixed cluster is not supported (and not detected), and an
+    existing one-group cluster cannot be switched (its topics have no placement)."""
+    default_replication_factor: int = 0
+    """Replicas of a topic created with replication_factor -1 (or auto-created) when
+    partition_groups is on; 0: min(3, the controller's voters)."""
     leader_balance: bool = balancer_defaults.DEFAULT_ENABLED
     """Balance group leaders over the nodes by leadership transfer (never by forcing an
     election), like Redpanda's enable_leader_balancer; off: leaders stay where elections
@@ -229,6 +239,11 @@ class ClusterSection:
     """A transfer whose target does not lead within this long counts as failed."""
 
     def __post_init__(self) -> None:
+        if self.default_replication_factor < 0:
+            raise ConfigError(
+                "cluster.default_replication_factor must be >= 0, got "
+                f"{self.default_replication_factor}"
+            )
         try:
             self.balancer_options()
         except ValueError as exc:

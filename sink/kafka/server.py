@@ -81,7 +81,10 @@ class KafkaServer:
             if set(advertised) != set(service.brokers):
                 raise ValueError("advertised addresses must name every node")
             adv = Advertised(dict(advertised), forwarded_replies_usable=False)
-        self.context = HandlerContext.of_node(service, service.fsm, self.limits, adv, SUPPORTED)
+        # Partition reads: the applied state, or with partition groups the data groups'
+        # (SinkService.partition_reads; sink.node.routed_reads).
+        reads = getattr(service, "partition_reads", None) or service.fsm
+        self.context = HandlerContext.of_node(service, reads, self.limits, adv, SUPPORTED)
         self.context.relay_login = relay_login
         self.principal_rules = principal_rules
         """How a client certificate's subject becomes a principal (sink.security.principal)."""

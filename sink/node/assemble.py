@@ -33,7 +33,7 @@ from typing import Any
 import grpc
 from prometheus_client import start_http_server
 
-from raftlog.runtime import RaftNode
+from raftlog.runtime import HostOptions, RaftGroup, RaftHost, RaftNode
 from raftlog.storage import DiskGuard
 from raftlog.transport import GatedTransport, GrpcTransport, TransportOptions
 from sink.config import SinkConfig, parse_hostport
@@ -44,8 +44,13 @@ from sink.members.operator import MembershipOperator
 from sink.members.rpc import MembersEndpoint
 from sink.members.watch import MemberWatch
 from sink.metrics import KafkaCollector, NodeCollector, QuotaCollector, make_registry
+from sink.node.data_groups import DataGroups
 from sink.node.disk_watch import DiskWatch
+from sink.node.leaders import LeaderPoller, LeadersTable
+from sink.node.routed_reads import RoutedReads
+from sink.node.routing import PartitionRouting
 from sink.quotas import ClientQuotaManager, QuotaTable
+from sink.readapi.client import ReadApiClient
 from sink.readapi.server import ReadApiService
 from sink.security.acl_service import AclService
 from sink.security.authorizer import Authorizer
@@ -77,7 +82,16 @@ class SinkNode:
         self.config = config
         self._transport_override = transport
         self._seed = seed
-        self.node: RaftNode | None = None
+        self.node: RaftGroup | None = None
+        # With cluster.partition_groups: the process's RaftHost (group 0 = the
+        # controller = self.node, plus the data groups), the reconciler and the leaders
+        # table. The leader-balancer driver reads the groups from `host` (and
+        # `data_groups.hosted`); start it after _start_data_groups.
+        self.host: RaftHost | None = None
+        self.data_groups: DataGroups | None = None
+        self.leaders: LeadersTable | None = None
+        self.leader_poller: LeaderPoller | None = None
+        self.reads: Any = None  # what partition reads go to (fsm, or RoutedReads)
         self.fsm: SinkStateMachine | None = None
         self.service: SinkService | None = None
         self.producer_expiry: ProducerExpiry | None = None
@@ -118,18 +132,22 @@ class SinkNode:
             auto_create_topics=cfg.kafka.auto_create_topics,
         )
         self.fsm.topic_configs.set_defaults(cfg.topics)
-        self.node = RaftNode(
-            cfg.node_id,
-            cfg.data_dir,
-            {i: p.raft for i, p in cfg.peers.items()},
-            self.fsm,
-            self.transport,
-            cfg.node_options(),
-            seed=self._seed,
-            join=cfg.node.join,
-            compaction_limit=self._compaction_limit,
-        )
-        await self.node.start()
+        if cfg.cluster.partition_groups:
+            await self._start_host()
+        else:
+            self.node = RaftNode(
+                cfg.node_id,
+                cfg.data_dir,
+                {i: p.raft for i, p in cfg.peers.items()},
+                self.fsm,
+                self.transport,
+                cfg.node_options(),
+                seed=self._seed,
+                join=cfg.node.join,
+                compaction_limit=self._compaction_limit,
+            )
+            await self.node.start()
+        self.reads = self.fsm
         self.disk.node = self.node
         self.retention = RetentionWorker(self.fsm, self.node, cfg.topics.retention_check_ms / 1000)
         self.retention.start()
@@ -152,6 +170,8 @@ class SinkNode:
             log_dir=os.path.abspath(cfg.data_dir),
         )
         self.service.offsets.start()  # expiry rounds (acts only while leading)
+        if self.host is not None:
+            await self._start_data_groups()
         self._start_users()
         self._start_acls()
         # The live configuration is the log's (sink.members): `peers` is the initial one.
@@ -178,6 +198,108 @@ class SinkNode:
             cfg.listen("raft"),
             cfg.listen("read_api"),
         )
+
+    async def _start_host(self) -> None:
+        """Partition groups: a RaftHost over the data directory (groups/<id>/ per
+        group) whose group 0 is the controller (SinkStateMachine)."""
+        cfg = self.config
+        opts = cfg.node_options()
+        self.host = RaftHost(
+            cfg.node_id,
+            self.transport,
+            cfg.data_dir,
+            HostOptions(
+                tick_ms=opts.tick_ms,
+                housekeeping_s=min(0.1, opts.proposal_timeout_s / 4),
+                quiesce=opts.quiesce_ticks > 0,  # node beats only where groups quiesce
+                storage=opts.storage,
+            ),
+        )
+        await self.host.start()
+        self.node = await self.host.add_group(
+            0,
+            {i: p.raft for i, p in cfg.peers.items()},
+            self.fsm,
+            opts,
+            seed=self._seed,
+            join=cfg.node.join,
+            compaction_limit=self._compaction_limit,
+        )
+
+    async def _start_data_groups(self) -> None:
+        """The reconciler, the leaders table and the routing (sink.node.routing); the
+        data groups on disk reopen here, before any Kafka port opens."""
+        cfg, node, fsm, service = self.config, self.node, self.fsm, self.service
+        assert self.host is not None and node is not None and fsm is not None
+        assert service is not None
+        self.data_groups = DataGroups(
+            self.host,
+            fsm,
+            node_id=cfg.node_id,
+            raft_address=self._raft_address_of,
+            options=cfg.node_options(),
+            defaults=cfg.topics,
+            retention_interval_s=cfg.topics.retention_check_ms / 1000,
+        )
+        self.leaders = LeadersTable()
+        self.leader_poller = LeaderPoller(
+            cfg.node_id,
+            self.leaders,
+            self._read_api_peers,
+            lambda a: ReadApiClient(a, credentials=self.read_api_client_credentials()),
+        )
+        self.reads = RoutedReads(fsm, self.data_groups)
+        service.partition_reads = self.reads
+        service.use_routing(
+            PartitionRouting(
+                service,
+                self.data_groups,
+                self.leaders,
+                self.leader_poller,
+                self._placement_hosts,
+                cfg.cluster.default_replication_factor,
+            )
+        )
+        # Restart: the controller's own replica applies what it knows to be committed
+        # (its placement) before the groups it names are reopened (bounded: a node
+        # whose controller lags reopens the rest in the reconciler's first rounds).
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5.0
+        while node.applied < node.commit_index and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        opened = await self.data_groups.open_on_disk()
+        if opened:
+            log.warning("sink.groups node=%d reopened %d data groups", cfg.node_id, opened)
+        self.data_groups.start()
+        self.leader_poller.start()
+
+    def _raft_address_of(self, node_id: int) -> str | None:
+        addr = self.members.address_of(node_id) if self.members else None
+        if addr is not None:
+            return addr.raft
+        peer = self.config.peers.get(node_id)
+        return peer.raft if peer is not None else None
+
+    def _members_now(self) -> list[int]:
+        assert self.node is not None
+        m = self.node.membership()
+        return sorted({*m["voters"], *m["learners"]})
+
+    def _read_api_peers(self) -> dict[int, str]:
+        return {
+            n: a
+            for n in self._members_now()
+            if n != self.config.node_id and (a := self._read_api_of(n))
+        }
+
+    def _placement_hosts(self) -> dict[int, str | None]:
+        """The nodes placement may use (the controller's voters) and their host
+        labels: this node's `node.host`; every other node counts as its own host until
+        the controller's membership carries labels (docs/partition-groups.md)."""
+        assert self.node is not None
+        me = self.config.node_id
+        label = self.config.node.host or None
+        return {n: (label if n == me else None) for n in self.node.membership()["voters"]}
 
     def _disk_watch(self) -> DiskWatch:
         """The free-space reserve of every volume under the data directory (the log and
@@ -296,7 +418,7 @@ class SinkNode:
         cfg = self.config
         read_api = ReadApiService(
             self.node,
-            self.fsm,
+            self.reads,
             self._wait_for_data,
             leader_read_api=self._read_api_of,
             extra_status=self._extra_status,
@@ -414,13 +536,33 @@ class SinkNode:
             out["quotas"] = self.service.quota_status()
         if self.disk is not None:
             out["disk_guard"] = self.disk.status()
+        if self.data_groups is not None and self.host is not None:
+            out["data_groups"] = self.data_groups.status()
+            out["host"] = self.host.status()
+        if self.leader_poller is not None and self.leaders is not None:
+            out["leaders_table"] = {
+                "rows": len(self.leaders.rows),
+                "polls": self.leader_poller.polls,
+                "failures": self.leader_poller.failures,
+            }
         return out
 
     async def hand_off_leadership(self, timeout_s: float) -> int | None:
         """Graceful shutdown's first step: a leader hands leadership to its most
         caught-up voter (TimeoutNow once that one has the whole log). Returns the new
         leader, or None (not leading, no other voter, or timeout: the others then
-        elect one after an election timeout, as after a crash)."""
+        elect one after an election timeout, as after a crash). With partition groups
+        the data groups led here hand off too (each to another of its replicas)."""
+        if self.data_groups is not None and timeout_s > 0:
+            # The data groups this node leads hand off alongside (each to another
+            # replica; a failure leaves that group to an election, as after a crash).
+            moved = asyncio.ensure_future(self.data_groups.hand_off_all(timeout_s))
+            target = await self._hand_off_controller(timeout_s)
+            log.warning("sink.shutdown handed off %d data groups", await moved)
+            return target
+        return await self._hand_off_controller(timeout_s)
+
+    async def _hand_off_controller(self, timeout_s: float) -> int | None:
         node, members = self.node, self.members
         if node is None or members is None or not node.is_leader() or timeout_s <= 0:
             return None
@@ -457,7 +599,13 @@ class SinkNode:
             await self.retention.stop()
         if self.service is not None:
             self.service.groups.close()
-        if self.node is not None:
+        if self.leader_poller is not None:
+            await self.leader_poller.stop()
+        if self.data_groups is not None:
+            await self.data_groups.stop()
+        if self.host is not None:
+            await self.host.stop()  # every group: the controller and the data groups
+        elif self.node is not None:
             await self.node.stop()
 
     @property
@@ -494,7 +642,7 @@ class SinkNode:
 
     async def _wait_for_data(self, topic: str, partition: int, offset: int, timeout: float) -> None:
         """Long poll of the read API: until data past offset is applied, or timeout."""
-        fsm = self.fsm
+        fsm = self.reads
         assert fsm is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

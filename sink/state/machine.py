@@ -52,6 +52,7 @@ from sink.state.partition_data import (
     ProduceResult,
     ReadEntries,
 )
+from sink.state.placement_table import PLACE_TOPIC, PlacementTable, decode_place_topic
 from sink.state.users import ALTER_USERS, UserTable
 from sink.topics import state as topic_state
 from sink.topics.configs import TopicConfigError, TopicPolicy, validate_all
@@ -119,6 +120,9 @@ class SinkStateMachine(StateMachine):
         self.users = UserTable()
         # ACL bindings (ALTER_ACLS entries; sink.state.acls).
         self.acls = AclTable()
+        # Partition groups (PLACE_TOPIC entries): partition -> data group and replicas.
+        # Empty on a one-group cluster (cluster.partition_groups off).
+        self.placement = PlacementTable()
         # Name-keyed read views of the data part's tables (sink/state/named_views.py).
         self.producers = ProducersByName(
             lambda: self.data, lambda n: self._tids.get(n), lambda t: self._names.get(t)
@@ -195,6 +199,8 @@ class SinkStateMachine(StateMachine):
                 results.append(self._apply_users(e))
             elif tag == ALTER_ACLS:
                 results.append(self._apply_acls(e))
+            elif tag == PLACE_TOPIC:
+                results.append(self._apply_place_topic(e))
             else:  # never crash a node over one entry it cannot read
                 log.error("sink.apply unknown command tag=%r index=%d", tag, e.index)
                 results.append(None)
@@ -363,6 +369,27 @@ class SinkStateMachine(StateMachine):
             self.topic_configs.set(c.name, configs)
         return res
 
+    def _apply_place_topic(self, e: LogEntry) -> CreateTopicResult:
+        """A topic, its configs and its partitions' data groups in one entry (all or
+        none; sink/state/placement_table.py). The controller keeps no partition data of
+        a placed topic: its records live in the data groups."""
+        try:
+            c = decode_place_topic(e.data)
+            configs = validate_all(c.configs) if c.configs else {}
+        except (TopicConfigError, ValueError, KeyError, TypeError) as exc:
+            log.error("sink.apply refused placement entry index=%d: %r", e.index, exc)
+            return CreateTopicResult(ErrorCode.invalid_config, None)
+        res = self._apply_create(cmd.CreateTopicCmd(c.name, c.partitions, c.topic_id))
+        if res.error != ErrorCode.none:
+            return res
+        tid = c.topic_id.hex
+        for p in range(c.partitions):
+            self.data.drop_partition((tid, p))
+        if configs:
+            self.topic_configs.set(c.name, configs)
+        self.placement.place(tid, c.replicas)
+        return res
+
     def apply_retention(self, now_ms: int) -> tuple[int | None, int]:
         """Retention by time and size (sink.topics.retention) with the topics' configs:
         moves log starts on this node -> (highest compactable log index or None: no
@@ -409,7 +436,9 @@ class SinkStateMachine(StateMachine):
     # lookup more than before the split on the Fetch / ListOffsets path, no more.
 
     def has_partition(self, topic: str, partition: int) -> bool:
-        return (self._tids.get(topic, ""), partition) in self.data.parts
+        """The partition exists: its data is here, or in a data group (placement)."""
+        key = (self._tids.get(topic, ""), partition)
+        return key in self.data.parts or key in self.placement.by_part
 
     def high_watermark(self, topic: str, partition: int) -> int:
         """Next offset of applied data (KeyError for an unknown partition)."""
@@ -477,6 +506,8 @@ class SinkStateMachine(StateMachine):
             "users": self.users.to_json(),
             "acls": self.acls.to_json(),
         }
+        if self.placement.next_group_id > 1:  # partition groups only: older loads unchanged
+            state["placement"] = self.placement.to_json()
         return zlib.compress(json.dumps(state, separators=(",", ":")).encode(), 1)
 
     def on_snapshot_load(self, data: bytes) -> None:
@@ -500,6 +531,7 @@ class SinkStateMachine(StateMachine):
         self.members = MemberTable.from_json(state.get("members", []))
         self.users = UserTable.from_json(state.get("users", {}))
         self.acls = AclTable.from_json(state.get("acls", []))
+        self.placement = PlacementTable.from_json(state.get("placement"))
 
 
 def _unknown(topic: str, partition: int) -> KeyError:

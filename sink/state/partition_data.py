@@ -85,6 +85,7 @@ class PartitionData:
         self._read_entries: ReadEntries | None = None
         self._first_index: Callable[[], int] | None = None
         self._data_event: asyncio.Event | None = None
+        self.on_notify: Callable[[], None] | None = None
 
     # ------------------------------------------------------------ wiring
 
@@ -106,6 +107,8 @@ class PartitionData:
         ev, self._data_event = self._data_event, None
         if ev is not None:
             ev.set()
+        if self.on_notify is not None:  # a node-wide waiter (sink.node.data_groups)
+            self.on_notify()
 
     # -------------------------------------------------------- partitions
 

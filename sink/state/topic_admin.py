@@ -44,6 +44,7 @@ def apply_delete_topic(fsm: SinkStateMachine, c: acmd.DeleteTopicCmd) -> ErrorCo
     for p in range(info.partitions):
         fsm.data.drop_partition((tid, p))
     fsm._remove_topic(c.name)
+    fsm.placement.drop_topic(tid)  # its data groups: each node deletes its replicas
     # Nothing of the topic survives it: a topic re-created under the name starts with
     # the defaults, no retention rows hold back compaction, no group keeps its offsets.
     fsm.topic_configs.drop(c.name)

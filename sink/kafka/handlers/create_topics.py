@@ -98,11 +98,14 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
             err = ErrorCode.topic_already_exists if exists else ErrorCode.none
             msg, info = None, None
         else:
+            # The replication factor places replicas with partition groups (-1: the
+            # configured default); one group holds every replica otherwise.
+            rf = t.replication_factor
             if configs:
                 assert admin is not None
-                res = await admin.create_topic(t.name, n, configs)
+                res = await admin.create_topic(t.name, n, configs, replication_factor=rf)
             else:
-                res = await ctx.topics.create_topic(t.name, n)
+                res = await ctx.topics.create_topic(t.name, n, replication_factor=rf)
             err, info = res.error, res.topic
             msg = None if err == ErrorCode.none else f"create topic {t.name!r} failed ({err.name})"
         ok = err == ErrorCode.none and configs is not None

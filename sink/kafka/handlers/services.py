@@ -182,7 +182,9 @@ class Producing(Protocol):
 
 
 class TopicAdmin(Protocol):
-    async def create_topic(self, name: str, partitions: int) -> CreateOutcome: ...
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int = -1
+    ) -> CreateOutcome: ...
     async def ensure_topic(self, name: str) -> tuple[ErrorCode, TopicView | None]: ...
 
 
@@ -293,7 +295,11 @@ class TopicConfigAdmin(Protocol):
         self, topic: str, ops: list[tuple[int, str, str | None]], replace: bool
     ) -> tuple[ErrorCode, str | None]: ...
     async def create_topic(
-        self, name: str, partitions: int, configs: dict[str, str] | None = None
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str] | None = None,
+        replication_factor: int = -1,
     ) -> CreateOutcome: ...
 
 

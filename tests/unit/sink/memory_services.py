@@ -227,7 +227,11 @@ class MemoryNode:
         return res.error, res.topic
 
     async def create_topic(
-        self, name: str, partitions: int, configs: dict[str, str] | None = None
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str] | None = None,
+        replication_factor: int = -1,
     ) -> CreateTopicResult:
         if not self.is_leader():
             return CreateTopicResult(ErrorCode.not_controller, None)

@@ -53,3 +53,10 @@ def test_default_launch_runs_the_raftsink_command(tmp_path, monkeypatch):
 def test_old_hook_names_are_refused(old):
     with pytest.raises(TypeError, match="hook is now"):
         type("Old", (SinkProcessCluster,), {old: lambda self, i: None})
+
+
+def test_partition_groups_switch_reaches_every_node(tmp_path):
+    on = SinkProcessCluster(str(tmp_path / "on"), n=2, partition_groups=True)
+    off = SinkProcessCluster(str(tmp_path / "off"), n=2)
+    assert all("--cluster-partition-groups" in on.command_for(i) for i in on.nodes)
+    assert not any("--cluster-partition-groups" in off.command_for(i) for i in off.nodes)

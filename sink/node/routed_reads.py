@@ -1,0 +1,109 @@
+"""RoutedReads: the handlers' PartitionReads when partitions live in data groups.
+
+Topic questions (which topics exist, their ids and partition counts, auto-create
+policy) are the controller's (SinkStateMachine, group 0); a partition's records,
+offsets, epochs and sizes are its data group's machine on this node
+(sink/node/data_groups.py). has_partition() says whether the partition EXISTS in the
+cluster (the controller's answer), not whether this node holds it: the handlers ask
+PartitionRoles.role() for that (hosted / leads / ready) before reading, and answer
+NOT_LEADER_OR_FOLLOWER where this node holds no replica.
+
+Reads of a partition this node does not serve: high_watermark / log_start_offset
+answer -1 (the read API's Partitions lists every partition, hosted here or not);
+read_parts and offset_for_timestamp raise KeyError, as for an unknown partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from sink.node.data_groups import DataGroups, HostedGroup
+from sink.state import SinkStateMachine, time_lookup
+
+NOT_HERE = -1
+"""high_watermark / log_start_offset of a partition this node does not serve."""
+
+
+class _Epochs:
+    """PartitionEpochs over the data groups (OffsetForLeaderEpoch)."""
+
+    def __init__(self, reads: RoutedReads) -> None:
+        self._reads = reads
+
+    def end_offset_for(
+        self, topic: str, partition: int, epoch: int, current_term: int, log_end: int
+    ) -> tuple[int, int]:
+        h = self._reads.served(topic, partition)
+        return h.fsm.end_offset_for(h.topic_id, partition, epoch, current_term)
+
+
+class RoutedReads:
+    def __init__(self, controller: SinkStateMachine, groups: DataGroups) -> None:
+        self.controller = controller
+        self.groups = groups
+        self.epochs = _Epochs(self)
+
+    @property
+    def auto_create_topics(self) -> bool:
+        return self.controller.auto_create_topics
+
+    @property
+    def default_partitions(self) -> int:
+        return self.controller.default_partitions
+
+    def topic(self, name: str) -> Any:
+        return self.controller.topic(name)
+
+    def topic_by_id(self, topic_id: Any) -> Any:
+        return self.controller.topic_by_id(topic_id)
+
+    def topics(self) -> dict[str, Any]:
+        return self.controller.topics()
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        return self.controller.has_partition(topic, partition)
+
+    def served(self, topic: str, partition: int) -> HostedGroup:
+        """The hosted group serving the partition here (KeyError: none)."""
+        _, h = self.groups.lookup(topic, partition)
+        if h is None or not h.serves():
+            raise KeyError(f"topic-partition {topic}-{partition} is not served here")
+        return h
+
+    def high_watermark(self, topic: str, partition: int) -> int:
+        try:
+            h = self.served(topic, partition)
+        except KeyError:
+            return NOT_HERE
+        return h.fsm.high_watermark(h.topic_id, partition)
+
+    def log_start_offset(self, topic: str, partition: int) -> int:
+        try:
+            h = self.served(topic, partition)
+        except KeyError:
+            return NOT_HERE
+        return h.fsm.log_start_offset(h.topic_id, partition)
+
+    def read_parts(
+        self, topic: str, partition: int, offset: int, max_bytes: int
+    ) -> Sequence[tuple[int, bytes, Any]]:
+        h = self.served(topic, partition)
+        return h.fsm.read_parts(h.topic_id, partition, offset, max_bytes)
+
+    def offset_for_timestamp(
+        self, topic: str, partition: int, timestamp: int
+    ) -> time_lookup.TimeMatch | None:
+        h = self.served(topic, partition)
+        return h.fsm.offset_for_timestamp(h.topic_id, partition, timestamp)
+
+    def partition_size(self, topic: str, partition: int) -> int:
+        try:
+            h = self.served(topic, partition)
+        except KeyError:
+            return 0
+        return h.fsm.partition_size(h.topic_id, partition)
+
+    def data_event(self) -> asyncio.Event:
+        return self.groups.data_event()

@@ -1,0 +1,249 @@
+"""PartitionRouting: SinkService's partition operations when partitions live in data groups.
+
+SinkService (sink/service.py) delegates here when `cluster.partition_groups` is on
+(SinkNode sets service.routing); with it off nothing here runs. Cluster-wide work
+(topics, configs, producer ids, users/ACLs, quotas, consumer groups) stays on the
+controller (group 0, SinkService's own node); a partition's work goes to its data
+group on this node:
+
+- role(): from the hosting group here (its leader, term as epoch, members, whether
+  its machine serves the partition); for a group not hosted here from the placement
+  (replicas) and the leaders table (sink/node/leaders.py: leader, epoch);
+- produce(): the id-based PRODUCE_TO entry ("p") into the partition's group, with
+  that group's idempotent-producer pre-check (apply decides again);
+- delete_records(), active_producers(): that group's machine;
+- create_topic(): the placer (sink.placement) on the controller leader, committed
+  with the topic as one PLACE_TOPIC entry (sink/state/placement_table.py).
+
+A node holding no replica of a partition's group answers NOT_LEADER_OR_FOLLOWER;
+the role it reports names the leader it knows (the handlers put it in the answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sink.kafka.handlers.services import PartitionRole
+from sink.kafka.protocol.errors import ErrorCode
+from sink.kafka.protocol.records import BatchHeader
+from sink.node.data_groups import DataGroups, HostedGroup
+from sink.node.leaders import LeaderPoller, LeadersTable
+from sink.placement import PlacementError, Topology, count_load, place_partitions
+from sink.service import SinkService, _done, _error_of
+from sink.state import CreateTopicResult, ProduceResult
+from sink.state import data_commands as dcmd
+from sink.state.placement_table import encode_place_topic
+from sink.topics.configs import TopicConfigError, validate_all
+from sink.topics.stamp import stamp_log_append_time
+
+_NO_GROUP = -1
+
+
+class PartitionRouting:
+    def __init__(
+        self,
+        service: SinkService,
+        groups: DataGroups,
+        leaders: LeadersTable,
+        poller: LeaderPoller | None,
+        hosts: Callable[[], dict[int, str | None]],
+        default_replication_factor: int,
+    ) -> None:
+        """hosts() -> node id -> host label (None: its own host) of every controller
+        voter: the nodes placement may use. default_replication_factor: for RF -1
+        (0: min(3, the number of those nodes))."""
+        self.service = service
+        self.groups = groups
+        self.leaders = leaders
+        self.poller = poller
+        self.hosts = hosts
+        self.default_replication_factor = default_replication_factor
+
+    # ------------------------------------------------------------------ roles
+
+    def role(self, topic: str, partition: int) -> PartitionRole:
+        g, h = self.groups.lookup(topic, partition)
+        if g is None:  # no such partition (or not placed): nobody leads it
+            return PartitionRole(_NO_GROUP, -1, -1, -1, (), (), (), False, False, False, False)
+        if h is not None:
+            return self._hosted_role(h)
+        known = self.leaders.get(topic, partition)
+        if known is None:
+            if self.poller is not None:
+                self.poller.poke()
+            lead, epoch, hint = -1, -1, g.replicas[0]
+        else:
+            lead, epoch, hint = known.leader, known.epoch, known.leader
+        brokers = self.service.brokers
+        lead = lead if lead in brokers else -1
+        hint = hint if hint in brokers else -1
+        return PartitionRole(
+            g.group, lead, hint, epoch, g.replicas, g.replicas, (), False, False, False, False
+        )
+
+    def _hosted_role(self, h: HostedGroup) -> PartitionRole:
+        group = h.group
+        members = group.membership()
+        voters = tuple(members["voters"])
+        learners = members["learners"]
+        everyone = {*voters, *learners}
+        placed = h.placement.replicas
+        # Placement order (preferred first) while the members are the placed ones.
+        replicas = placed if set(placed) == everyone else tuple(sorted(everyone))
+        leads = group.is_leader()
+        term = group.term
+        brokers = self.service.brokers
+        lead = group.leader_id if group.leader_id in brokers else -1
+        if lead >= 0:
+            hint = lead
+        else:
+            last = group.last_leader_id
+            hint = last if last in brokers and last != self.service.node_id else placed[0]
+            hint = hint if hint in brokers else -1
+        serves = h.serves()
+        return PartitionRole(
+            h.placement.group,
+            lead,
+            hint,
+            term,
+            replicas,
+            voters,
+            (),
+            leads,
+            leads and serves and h.fsm.leader_term == term,
+            serves,
+            group.applied >= group.commit_index,
+        )
+
+    # ---------------------------------------------------------------- produce
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes | memoryview,
+        batches: Sequence[BatchHeader],
+    ) -> asyncio.Future:
+        svc = self.service
+        loop = asyncio.get_running_loop()
+        g, h = self.groups.lookup(topic, partition)
+        if g is None:
+            return _done(loop, ProduceResult(ErrorCode.unknown_topic_or_partition, -1, -1))
+        if h is None or not h.group.is_leader() or not h.serves():
+            return _done(loop, ProduceResult(ErrorCode.not_leader_or_follower, -1, -1))
+        if svc.write_gate is not None and not svc.write_gate(len(records)):
+            return _done(loop, ProduceResult(ErrorCode.kafka_storage_error, -1, -1))
+        tid = h.topic_id
+        policy = h.fsm.policy(tid)
+        if any(b.size > policy.max_message_bytes for b in batches):
+            return _done(loop, ProduceResult(ErrorCode.message_too_large, -1, -1))
+        now_ms = int(time.time() * 1000) if policy.log_append_time else 0
+        mv = memoryview(records)
+        futs: list[asyncio.Future] = []
+        for b in batches:
+            key = None
+            if b.producer_id >= 0:
+                key = (b.producer_id, topic, partition, b.base_sequence, b.last_sequence)
+                pending = svc._inflight.get(key)
+                if pending is not None:  # retry of an uncommitted original: share its answer
+                    svc.inflight_duplicates += 1
+                    futs.append(pending)
+                    continue
+                verdict = h.fsm.check_producer(
+                    tid,
+                    partition,
+                    b.producer_id,
+                    b.producer_epoch,
+                    b.base_sequence,
+                    b.last_sequence,
+                )
+                if verdict.duplicate:  # already committed: answer without a log entry
+                    svc.committed_duplicates += 1
+                    start = h.fsm.log_start_offset(tid, partition)
+                    result = ProduceResult(ErrorCode.none, verdict.base_offset, start, True)
+                    futs.append(_done(loop, result))
+                    continue
+            batch = mv[b.start : b.start + b.size]
+            if policy.log_append_time:
+                batch = stamp_log_append_time(batch, now_ms)
+            data = dcmd.encode_produce_to(
+                tid, partition, b.producer_id, b.producer_epoch, b.base_sequence, batch
+            )
+            futs.append(svc._propose_produce(loop, data, key, b.producer_epoch, group=h.group))
+        if len(futs) == 1:
+            return futs[0]
+        return loop.create_task(svc._first_result(futs))
+
+    # ----------------------------------------------------- partition admin
+
+    async def delete_records(
+        self, topic: str, partition: int, offset: int
+    ) -> tuple[ErrorCode, int]:
+        g, h = self.groups.lookup(topic, partition)
+        if g is None:
+            return ErrorCode.unknown_topic_or_partition, -1
+        if h is None or not h.group.is_leader() or not h.serves():
+            return ErrorCode.not_leader_or_follower, -1
+        hw = h.fsm.high_watermark(h.topic_id, partition)
+        if offset > hw or offset < -1:
+            return ErrorCode.offset_out_of_range, h.fsm.log_start_offset(h.topic_id, partition)
+        data = dcmd.encode_delete_records_at(h.topic_id, partition, offset)
+        try:
+            res = await h.group.apply(data, timeout=self.service.options.produce_timeout_s)
+        except Exception as exc:
+            return _error_of(exc), -1
+        return res.result.error, res.result.low_watermark
+
+    def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int]]:
+        _, h = self.groups.lookup(topic, partition)
+        if h is None or not h.serves():
+            return []
+        return h.fsm.active_producers(h.topic_id, partition)
+
+    # ------------------------------------------------------------ topics
+
+    def replication_factor(self, requested: int, nodes: int) -> int:
+        if requested > 0:
+            return requested
+        if self.default_replication_factor > 0:
+            return self.default_replication_factor
+        return min(3, nodes)
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str] | None,
+        replication_factor: int,
+    ) -> CreateTopicResult:
+        """On the controller leader (the caller checked): place, then commit the topic
+        with its placement in one controller entry."""
+        svc = self.service
+        if configs:
+            try:
+                configs = validate_all(configs)
+            except TopicConfigError:
+                return CreateTopicResult(ErrorCode.invalid_config, None)
+        hosts = self.hosts()
+        rf = self.replication_factor(replication_factor, len(hosts))
+        table = svc.fsm.placement
+        topology = Topology(hosts, None, count_load(table.assignments()))
+        try:
+            replicas = place_partitions(topology, partitions, rf, topic=name)
+        except PlacementError as exc:
+            return CreateTopicResult(exc.code, None)
+        data = encode_place_topic(name, partitions, uuid.uuid4(), configs, replicas)
+        try:
+            res = await svc.node.apply(data, timeout=svc.options.produce_timeout_s)
+        except Exception as exc:
+            err = _error_of(exc)
+            return CreateTopicResult(
+                ErrorCode.not_controller if err == ErrorCode.not_leader_or_follower else err, None
+            )
+        self.groups.wake()
+        result: Any = res.result
+        return result
