@@ -95,3 +95,85 @@ def task_times(pid: int | str = "self") -> dict[int, tuple[str, int]]:
 
 
 TICKS_PER_S = _TICKS
+
+
+class CpuQuotaUnavailable(RuntimeError):
+    """Neither cgroup v2 cpu.max nor v1 cpu.cfs_quota_us can be set here (the message
+    says why)."""
+
+
+class CpuQuota:
+    """Caps processes at `cores` of CPU with a cgroup of their own: cgroup v2 `cpu.max`
+    where the unified hierarchy has the cpu controller, else v1 `cpu.cfs_quota_us`
+    (both need root). One cgroup per process: each is capped on its own, like a node
+    process pinned to its share of a machine. release() moves them back and removes the
+    cgroups (also on error, as a context manager)."""
+
+    PERIOD_US = 100_000
+
+    def __init__(self, pids: list[int], cores: float, name: str) -> None:
+        self.kind = ""
+        self.dirs: list[str] = []
+        self._root = ""
+        errors = []
+        for kind, root, files in (
+            ("v2 cpu.max", "/sys/fs/cgroup", "cpu.max"),
+            ("v2 cpu.max", "/sys/fs/cgroup/unified", "cpu.max"),
+            ("v1 cpu.cfs_quota_us", "/sys/fs/cgroup/cpu", "cpu.cfs_quota_us"),
+        ):
+            try:
+                self._apply(kind, root, files, pids, cores, name)
+                self.kind = kind
+                return
+            except OSError as exc:
+                errors.append(f"{kind} under {root}: {exc}")
+                self.release()
+        raise CpuQuotaUnavailable("; ".join(errors))
+
+    def _apply(
+        self, kind: str, root: str, file: str, pids: list[int], cores: float, name: str
+    ) -> None:
+        quota = int(cores * self.PERIOD_US)
+        if kind.startswith("v2"):
+            with open(os.path.join(root, "cgroup.controllers")) as f:
+                if "cpu" not in f.read().split():
+                    raise OSError(f"no cpu controller in {root}/cgroup.controllers")
+        elif not os.path.exists(os.path.join(root, file)):
+            raise OSError(f"no {root}/{file}")
+        self._root = root
+        for pid in pids:
+            d = os.path.join(root, f"{name}-{os.getpid()}-{pid}")
+            os.mkdir(d)
+            self.dirs.append(d)
+            if kind.startswith("v2"):
+                with open(os.path.join(d, "cpu.max"), "w") as f:
+                    f.write(f"{quota} {self.PERIOD_US}")
+            else:
+                with open(os.path.join(d, "cpu.cfs_period_us"), "w") as f:
+                    f.write(str(self.PERIOD_US))
+                with open(os.path.join(d, "cpu.cfs_quota_us"), "w") as f:
+                    f.write(str(quota))
+            with open(os.path.join(d, "cgroup.procs"), "w") as f:
+                f.write(str(pid))
+
+    def release(self) -> None:
+        for d in self.dirs:
+            try:
+                with open(os.path.join(d, "cgroup.procs")) as f:
+                    pids = f.read().split()
+                for pid in pids:  # back to the root cgroup (a dead pid is simply gone)
+                    try:
+                        with open(os.path.join(self._root, "cgroup.procs"), "w") as f:
+                            f.write(pid)
+                    except OSError:
+                        pass
+                os.rmdir(d)
+            except OSError:
+                pass
+        self.dirs = []
+
+    def __enter__(self) -> CpuQuota:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -9,7 +9,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from connectors.spark.fetch import read_range
 from connectors.spark.options import SourceOptions
-from connectors.spark.planning import OffsetRange, plan_ranges
+from connectors.spark.planning import OffsetRange, assign_replicas, plan_ranges
 from connectors.spark.resolve import batch_range, check_exists, select
 from connectors.spark.stream import make_cluster
 from connectors.spark.timestamps import resolve_times
@@ -40,6 +40,8 @@ class RaftsinkBatchReader(DataSourceReader):
             ending = resolve_times(o.ending_times, selected, cluster.offsets_for_times, ending=True)
         start, end = batch_range(starting, ending, o.subscription, states, o.fail_on_data_loss)
         ranges = plan_ranges(start, end, o.min_partitions, o.max_records_per_partition)
+        # Each range read on a replica of its partition (a follower first).
+        ranges = assign_replicas(ranges, states)
         # Spark wants at least one partition; an empty range reads nothing.
         return ranges or [OffsetRange("", 0, 0, 0)]
 

@@ -86,6 +86,11 @@ class _LoopThread:
 class PartitionState:
     log_start_offset: int
     high_watermark: int
+    leader: int = 0
+    """The partition's leader as the answering node knows it (0: none known)."""
+    replicas: tuple[tuple[int, str], ...] = ()
+    """(node id, read API address) of the partition's replicas; the address is "" when
+    the answering node does not know it; empty: a node older than these fields."""
 
 
 def _describe(exc: BaseException) -> str:
@@ -173,7 +178,12 @@ class ReadCluster:
 
         reply = self.first_answer("Partitions", fn, deadline_s)
         return {
-            (p.topic, p.partition): PartitionState(p.log_start_offset, p.high_watermark)
+            (p.topic, p.partition): PartitionState(
+                p.log_start_offset,
+                p.high_watermark,
+                p.leader_id,
+                tuple((r.node_id, r.read_api) for r in p.replicas),
+            )
             for p in reply.partitions
         }
 

@@ -1,5 +1,8 @@
 """read() of one OffsetRange: fetch from any replica that has applied it, decode, check.
 
+Replicas are tried in the range's planned order (planning.assign_replicas: followers first,
+then the leader), then the source's other nodes; the one that served last is asked first.
+
 Invariant: the records returned for [start, end) are exactly the records the log holds in that
 range (the same on every replica, since only committed, applied data is served), so a re-run
 of the same range after a crash returns the same rows. When that is impossible the reader
@@ -62,20 +65,26 @@ def read_range(
     deadline = time.monotonic() + cluster.retry_timeout_s
     delay = 0.02
     warn_at = time.monotonic() + 2.0
-    # The next Fetch, started before decoding the current reply: (node, offset, future).
-    # Used only if the loop asks that node for that offset; dropped otherwise.
-    prefetch: tuple[int, int, Future] | None = None
+    # Where to read: the range's replicas as planned (followers first, then the leader),
+    # then the source's other nodes (a replica list from an older node is empty, and an
+    # advertised address may not be reachable from here). After a replica serves, it is
+    # asked first for the rest: one that died is passed over once, not on every fetch.
+    order = list(rng.replicas) + [
+        a for a in (cluster.nodes[i] for i in cluster.order()) if a not in rng.replicas
+    ]
+    # The next Fetch, started before decoding the current reply: (address, offset, future).
+    # Used only if the loop asks that address for that offset; dropped otherwise.
+    prefetch: tuple[str, int, Future] | None = None
     while not dec.done:
         errors: dict[str, str] = {}
         reachable = 0
         lost_to = -1  # a node's log start past what we need: data loss
         served = False
         ahead, prefetch = prefetch, None
-        for i in cluster.order():
-            addr = cluster.nodes[i]
+        for k, addr in enumerate(order):
             want = dec.next_offset
             try:
-                if ahead is not None and ahead[:2] == (i, want):
+                if ahead is not None and ahead[:2] == (addr, want):
                     fut, ahead = ahead[2], None
                     reply = fut.result(cluster.request_timeout_s + 5.0)
                 else:
@@ -101,7 +110,7 @@ def read_range(
             after = _next_offset(reply.batches[-1])
             if want < after < dec.end:
                 prefetch = (
-                    i,
+                    addr,
                     after,
                     cluster.fetch_soon(addr, rng.topic, rng.partition, after, max_bytes),
                 )
@@ -112,7 +121,10 @@ def read_range(
                     f"{addr} returned batches for {rng.topic}/{rng.partition} that do not cover"
                     f" offset {want}; refusing to return a short range"
                 )
-            cluster.preferred = i
+            if k:
+                order = order[k:] + order[:k]
+            if addr in cluster.nodes:
+                cluster.preferred = cluster.nodes.index(addr)
             served = True
             break
         if ahead is not None:

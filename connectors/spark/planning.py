@@ -7,8 +7,9 @@ crash from the offsets in its checkpoint and must get the same ranges back), ran
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from pyspark.sql.datasource import InputPartition
 
@@ -23,6 +24,9 @@ class OffsetRange(InputPartition):
     partition: int
     start: int
     end: int
+    replicas: tuple[str, ...] = ()
+    """Read API addresses to read from, in order (assign_replicas); the reader tries
+    them first, then the source's other nodes. Empty: the nodes only."""
 
     @property
     def size(self) -> int:
@@ -40,7 +44,7 @@ def split_range(r: OffsetRange, parts: int) -> list[OffsetRange]:
     out, pos = [], r.start
     for i in range(parts):
         n = base + (1 if i < extra else 0)
-        out.append(OffsetRange(r.topic, r.partition, pos, pos + n))
+        out.append(OffsetRange(r.topic, r.partition, pos, pos + n, r.replicas))
         pos += n
     return out
 
@@ -107,3 +111,47 @@ def rate_limit(
                 grant[tp] += 1
                 left -= 1
     return {tp: start.get(tp, available[tp]) + grant[tp] for tp in available}
+
+
+class ReplicaInfo(Protocol):
+    """What assign_replicas reads of a partition (cluster.PartitionState has it)."""
+
+    @property
+    def leader(self) -> int: ...
+
+    @property
+    def replicas(self) -> tuple[tuple[int, str], ...]: ...
+
+
+def replica_order(leader: int, replicas: Sequence[tuple[int, str]], slot: int) -> tuple[str, ...]:
+    """Where to read one range: the followers first, rotated by `slot` (so the ranges of a
+    batch spread over them), then the leader; replicas of unknown address are left out.
+
+    Any replica serves the same bytes below the high watermark the driver saw (only
+    committed, applied data is served), so the choice is about load and liveness only: a
+    follower spares the leader, which carries the writes; one that is down or has not
+    applied that far yet is passed over at read time (fetch.read_range)."""
+    followers = sorted((n, a) for n, a in replicas if a and n != leader)
+    if followers:
+        k = slot % len(followers)
+        followers = followers[k:] + followers[:k]
+    leads = [a for n, a in replicas if a and n == leader]
+    out: list[str] = []
+    for a in [a for _, a in followers] + leads:
+        if a not in out:
+            out.append(a)
+    return tuple(out)
+
+
+def assign_replicas(
+    ranges: Sequence[OffsetRange], states: Mapping[TopicPartition, ReplicaInfo]
+) -> list[OffsetRange]:
+    """ranges, each with the replicas to read it from (replica_order; slot: its place in
+    the batch). Deterministic in its inputs; the offsets are left as they are, so a batch
+    re-planned after a crash reads the same records whichever replicas serve them."""
+    out = []
+    for slot, r in enumerate(ranges):
+        st = states.get((r.topic, r.partition))
+        order = replica_order(st.leader, st.replicas, slot) if st is not None else ()
+        out.append(replace(r, replicas=order))
+    return out

@@ -24,8 +24,8 @@ from connectors.spark import offsets as off
 from connectors.spark.cluster import ReadCluster
 from connectors.spark.fetch import read_range
 from connectors.spark.options import SourceOptions
-from connectors.spark.planning import OffsetRange, plan_ranges
-from connectors.spark.resolve import check_exists, initial_offsets, next_end, select
+from connectors.spark.planning import OffsetRange, assign_replicas, plan_ranges
+from connectors.spark.resolve import States, check_exists, initial_offsets, next_end, select
 from connectors.spark.timestamps import resolve_times
 
 log = logging.getLogger("connectors.spark")
@@ -42,6 +42,7 @@ class RaftsinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: off.OffsetMap | None = None  # resolved once per run (called twice)
         self._target: off.OffsetMap | None = None  # Trigger.AvailableNow target
         self._latest: off.OffsetMap | None = None  # for reportLatestOffset
+        self._states_seen: States | None = None  # the last Partitions answer (replicas)
 
     @property
     def cluster(self) -> ReadCluster:
@@ -49,10 +50,12 @@ class RaftsinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._cluster = make_cluster(self.options)
         return self._cluster
 
-    def _states(self, linearizable: bool = False):
-        return self.cluster.partitions(
+    def _states(self, linearizable: bool = False) -> States:
+        states = self.cluster.partitions(
             self.options.subscription.topic_filter(), linearizable=linearizable
         )
+        self._states_seen = states
+        return states
 
     def initialOffset(self) -> dict:
         if self._initial is None:
@@ -97,12 +100,24 @@ class RaftsinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if self._latest is None else off.to_json(self._latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return plan_ranges(
+        ranges = plan_ranges(
             off.from_json(start),
             off.from_json(end),
             self.options.min_partitions,
             self.options.max_records_per_partition,
         )
+        # Each range read on a replica of its partition (a follower first), as the last
+        # Partitions answer names them: latestOffset asked just before, except for a batch
+        # Spark replays from its checkpoint after a restart, which asks now. Without an
+        # answer the ranges read through the node list, as before (the offsets, and so
+        # the records, never depend on it).
+        states = self._states_seen
+        if states is None and ranges:
+            try:
+                states = self._states()
+            except Exception as exc:
+                log.warning("no replica placement for this batch (%s): reading via the nodes", exc)
+        return assign_replicas(ranges, states) if states else ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sink.placement.options import BalancerOptions
@@ -151,8 +151,20 @@ class LeaderBalancer:
             if until <= now or group not in views:
                 del self._muted[group]
 
-    def plan(self, groups: Iterable[GroupView], live: Iterable[int], now: float) -> list[Transfer]:
-        """Transfers to start now (recorded as in flight: the driver starts each one)."""
+    def plan(
+        self,
+        groups: Iterable[GroupView],
+        live: Iterable[int],
+        now: float,
+        sources: Collection[int] | None = None,
+    ) -> list[Transfer]:
+        """Transfers to start now (recorded as in flight: the driver starts each one).
+
+        sources: only groups led by these nodes may move (None: any group). A driver
+        running in every node passes its own id: it can call transfer_leader only on the
+        groups it leads, while the counts still cover every group it knows. Move 3's
+        chains then shrink to one step (their inner groups are other nodes' to move), and
+        the swap of move 1 is not seen (it needs the preferred node's own groups)."""
         views = {v.group: v for v in groups}
         self._reconcile(views, now)
         if not self.options.enabled:
@@ -175,6 +187,7 @@ class LeaderBalancer:
                 and v.leader in live_set
                 and v.group not in self._in_flight
                 and v.group not in self._muted
+                and (sources is None or v.leader in sources)
             )
 
         def ready(v: GroupView, node: int) -> bool:

@@ -1,0 +1,278 @@
+"""Issue 16's scale benchmark: partition groups against one group, CPU per GB as node
+processes are added, the idle cost of many groups, and a projection to bigger machines.
+
+One run, on 127.0.0.1 (`raftsink serve` processes, sink.process_cluster):
+(1) a 3-node cluster, a topic of 12 partitions; kcat (librdkafka, idempotent, acks=all)
+    writes N records of 1 KiB: throughput, and each node's CPU (/proc utime + stime).
+    Once with `cluster.partition_groups` on and once off (one group). Until the node has
+    that switch, the "on" run is not made: its figures are null and `groups_on_why`
+    says so (never a stand-in figure).
+    JSON: groups_vs_single_ratio (on / off records/s), busiest_node_cpu_share (the
+    busiest node's share of the cluster's CPU, on), and the same for the one-group run
+    (busiest_node_cpu_share_single).
+(2) idle cost: bench/scale_idle.py's measurement (its idle_run, imported: 3 host
+    processes, G idle groups, quiescence on): idle_cpu_pct_per_node_1000_groups.
+(3) CPU-seconds per GB ingested (all node processes' CPU / bytes acknowledged) with 3, 5
+    and 7 node processes, the same workload: cpu_s_per_gb_{3,5,7}; with partition groups
+    the replication factor stays 3 so this should stay flat (target: 7 <= 1.1 x 3); with
+    one group every node replicates everything and it grows with the nodes.
+(4) a projection of throughput on N machines of K cores from the measured CPU per record
+    (printed as a Markdown table, `--table-only` reprints it from a JSON line; the
+    assumptions are printed with it and in docs/partition-groups.md).
+(5) (1) with each node process capped at half a core (cgroup v2 cpu.max, else v1
+    cpu.cfs_quota_us; root only; skipped with a message where neither can be set):
+    ratio_cpu_quota (on / off records/s under the cap), which shows what spreading
+    leaders gives where cores outnumber node processes' needs.
+
+A 2-core machine shared with other work never shows a speedup: read the CPU-normalised
+figures; the load average is printed with every phase and in the JSON.
+
+    python -m bench.scale [--quick] [--records N] [--idle-groups 1000] [--no-idle]
+    python -m bench.scale --table-only '<the JSON line>'
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from bench.common import CpuQuota, CpuQuotaUnavailable, cpu_seconds, loadavg, machine
+from bench.produce import kcat_throughput, total_records
+from sink.process_cluster import SinkProcessCluster
+
+PARTITIONS = 12
+SIZE = 1024
+GB = 1e9
+TOPIC = "scale"
+QUOTA_CORES = 0.5
+
+
+def partition_groups_flag() -> tuple[str | None, str]:
+    """The flag that turns cluster.partition_groups on, or None and why not."""
+    from sink.config.table import OPTIONS
+
+    for o in OPTIONS:
+        if o.key == "cluster.partition_groups":
+            return o.flag, ""
+    return None, (
+        "cluster.partition_groups does not exist in this build (sink/config/schema.py): "
+        "the node still runs one Raft group for every partition, so there is no "
+        "partition-groups run to compare; the one-group figures are measured"
+    )
+
+
+def run_cluster(base: str, nodes: int, groups: bool, records: int, quota: bool) -> dict:
+    """One cluster, one kcat workload; per-node CPU over the produce phase."""
+    extra: list[str] = []
+    if groups:
+        flag, why = partition_groups_flag()
+        assert flag is not None, why
+        extra.append(flag)
+    c = SinkProcessCluster(base, nodes, default_partitions=PARTITIONS, extra_args=extra)
+    c.start()
+    cap = None
+    try:
+        asyncio.run(c.wait_ready(180))
+        pids = {i: n.proc.pid for i, n in c.nodes.items() if n.proc is not None}
+        if quota:
+            cap = CpuQuota(list(pids.values()), QUOTA_CORES, "raftsink-scale")
+        before = {i: cpu_seconds([p]) for i, p in pids.items()}
+        load0 = loadavg()
+        r = kcat_throughput(c.bootstrap_servers, TOPIC, SIZE, records, base)
+        after = {i: cpu_seconds([p]) for i, p in pids.items()}
+        stored = asyncio.run(total_records(c.peers[1].read_api, TOPIC))
+        if stored != r["records"]:
+            raise RuntimeError(f"{r['records']} records acknowledged but {stored} stored")
+    finally:
+        if cap is not None:
+            cap.release()
+        c.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    cpu = {i: after[i] - before[i] for i in pids}
+    total = sum(cpu.values())
+    out = {
+        "nodes": nodes,
+        "partition_groups": groups,
+        "quota_cores": QUOTA_CORES if quota else None,
+        "quota_kind": cap.kind if cap is not None else None,
+        "records": r["records"],
+        "seconds": round(r["seconds"], 2),
+        "records_per_s": round(r["records_per_s"], 1),
+        "mb_s": round(r["mb_s"], 2),
+        "cpu_s_per_node": {i: round(v, 2) for i, v in cpu.items()},
+        "cpu_s_total": round(total, 2),
+        "busiest_node_cpu_share": round(max(cpu.values()) / total, 3) if total else None,
+        "cpu_us_per_record": round(total / r["records"] * 1e6, 1),
+        "busiest_cpu_us_per_record": round(max(cpu.values()) / r["records"] * 1e6, 1),
+        "cpu_s_per_gb": round(total / (r["records"] * SIZE / GB), 1),
+        "loadavg": f"{load0} -> {loadavg()}",
+    }
+    print(
+        f"  {nodes} nodes, groups {'on' if groups else 'off'}"
+        f"{f', capped at {QUOTA_CORES} core each ({cap.kind})' if cap else ''}: "
+        f"{out['records_per_s']:.0f} records/s, CPU s per node {out['cpu_s_per_node']}, "
+        f"busiest share {out['busiest_node_cpu_share']}, {out['cpu_s_per_gb']} CPU s/GB "
+        f"(load {out['loadavg']})",
+        flush=True,
+    )
+    return out
+
+
+def projection_table(cpu_us_per_record: float, busiest_us_per_record: float) -> str:
+    """Markdown: records/s of 1 KiB on N machines of K cores (see ASSUMPTIONS)."""
+    util = 0.7
+    head = "| machines x cores | one group | partition groups (projected) |\n|---|---|---|"
+    rows = []
+    single = util * 1e6 / busiest_us_per_record
+    for n in (3, 5, 7, 9):
+        for k in (1, 2, 4, 8):
+            groups = util * n * k * 1e6 / cpu_us_per_record
+            rows.append(f"| {n} x {k} | {single:,.0f} | {groups:,.0f} |")
+    return "\n".join([head, *rows])
+
+
+ASSUMPTIONS = """Assumptions of the projection (read with its inputs, measured on this machine):
+- one node process per core (raftsink local --processes-per-host K; Python uses one core
+  per process), each at most 70 % busy (headroom for bursts, compaction, failover);
+- partition groups: the cluster's CPU per record is the 3-node run's (a leader and two
+  followers per record, as in a replication-factor-3 group; measured on the one-group
+  cluster until the switch exists, so the per-group overheads, smaller batches per group
+  and more Raft messages, are not in it), it stays the same per record as nodes are
+  added (part 3 checks it), and leaders and replicas are spread evenly (the balancer's
+  bound ceil(G/N) + 1 leaders per node; a topic needs at least as many partitions as
+  node processes);
+- one group: the leader carries the most work; its CPU per record bounds the cluster,
+  whatever the machines and cores;
+- not modelled: network and disk bandwidth (each record crosses the network and reaches
+  a disk 3 times: at 9 machines x 8 cores about 0.4 GB/s per machine, within a 10 GbE
+  link and one NVMe disk), fsync latency (the measured rate here was bounded by it and
+  by the client, not by the leader's CPU), the clients' CPU, memory per process."""
+
+
+async def idle_1000(groups: int, quick: bool) -> dict:
+    from bench.scale_idle import idle_run
+
+    base = tempfile.mkdtemp(prefix="scale-idle-")
+    try:
+        return await idle_run(
+            os.path.join(base, "idle"),
+            groups,
+            quiesce=True,
+            seconds=10.0 if quick else 30.0,
+            settle=10.0 if quick else 15.0,
+            settle_max=240.0,
+            election_ticks=30,
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="30,000 records per run, short idle")
+    ap.add_argument("--records", type=int, default=100_000, help="1 KiB records per run")
+    ap.add_argument("--idle-groups", type=int, default=1000)
+    ap.add_argument("--no-idle", action="store_true", help="skip part (2)")
+    ap.add_argument("--nodes", default="3,5,7", help="node counts of part (3)")
+    ap.add_argument("--table-only", metavar="JSON", help="print part (4) from a JSON line")
+    args = ap.parse_args()
+    if args.table_only:
+        fig = json.loads(args.table_only)
+        print(projection_table(fig["cpu_us_per_record_3"], fig["busiest_cpu_us_per_record_3"]))
+        print(ASSUMPTIONS)
+        return 0
+    records = 30_000 if args.quick else args.records
+    records -= records % 10_000  # kcat_throughput writes whole 10,000-line chunks
+    print(machine(), f"load {loadavg()}", flush=True)
+    flag, why = partition_groups_flag()
+    fig: dict = {"nproc": os.cpu_count(), "records_per_run": records, "record_bytes": SIZE}
+    if flag is None:
+        print(f"partition groups: not measured: {why}", flush=True)
+        fig["groups_on_why"] = why
+    root = tempfile.mkdtemp(prefix="scale-")
+    try:
+        # (1) and (3) at 3 nodes: the one-group run is also part (3)'s first point.
+        print("(1) 3 nodes, 12 partitions, partition groups on / off:", flush=True)
+        off = run_cluster(os.path.join(root, "off"), 3, False, records, quota=False)
+        on = run_cluster(os.path.join(root, "on"), 3, True, records, False) if flag else None
+        fig["records_per_s_single"] = off["records_per_s"]
+        fig["busiest_node_cpu_share_single"] = off["busiest_node_cpu_share"]
+        fig["records_per_s_groups"] = on["records_per_s"] if on else None
+        fig["groups_vs_single_ratio"] = (
+            round(on["records_per_s"] / off["records_per_s"], 3) if on else None
+        )
+        fig["busiest_node_cpu_share"] = on["busiest_node_cpu_share"] if on else None
+        # (5) under a CPU cap of half a core per node process.
+        print(f"(5) the same, each node process capped at {QUOTA_CORES} core:", flush=True)
+        try:
+            off_q = run_cluster(os.path.join(root, "off-q"), 3, False, records, quota=True)
+            on_q = run_cluster(os.path.join(root, "on-q"), 3, True, records, True) if flag else None
+            fig["records_per_s_single_quota"] = off_q["records_per_s"]
+            fig["quota_kind"] = off_q["quota_kind"]
+            fig["ratio_cpu_quota"] = (
+                round(on_q["records_per_s"] / off_q["records_per_s"], 3) if on_q else None
+            )
+        except CpuQuotaUnavailable as exc:
+            print(f"  skipped: no CPU quota can be set here: {exc}", flush=True)
+            fig["ratio_cpu_quota"] = None
+            fig["ratio_cpu_quota_why"] = f"no CPU quota can be set here: {exc}"
+        # (3) CPU-seconds per GB with 3, 5, 7 node processes (groups on where it exists).
+        print("(3) CPU-seconds per GB ingested by node count:", flush=True)
+        per_n = {3: on or off}
+        for n in [int(x) for x in args.nodes.split(",")]:
+            if n not in per_n:
+                per_n[n] = run_cluster(os.path.join(root, f"n{n}"), n, bool(flag), records, False)
+            fig[f"cpu_s_per_gb_{n}"] = per_n[n]["cpu_s_per_gb"]
+        fig["cpu_s_per_gb_partition_groups"] = bool(flag)
+        fig["cpu_us_per_record_3"] = per_n[3]["cpu_us_per_record"]
+        fig["busiest_cpu_us_per_record_3"] = off["busiest_cpu_us_per_record"]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    # (2) idle cost of many groups (bench/scale_idle.py's measurement).
+    if not args.no_idle:
+        print(f"(2) idle: {args.idle_groups} groups on 3 host processes, quiescence on:")
+        r = asyncio.run(idle_1000(args.idle_groups, args.quick))
+        key = f"idle_cpu_pct_per_node_{args.idle_groups}_groups"
+        # Only a settled run (every group led, so idle groups could quiesce) measures the
+        # idle cost; an unsettled one measured elections: kept apart, never the figure.
+        fig[key] = r["cpu_pct_mean"] if r["settled"] else None
+        if not r["settled"]:
+            fig[f"{key}_unsettled"] = r["cpu_pct_mean"]
+        fig[f"idle_settled_{args.idle_groups}_groups"] = r["settled"]
+        fig["idle_election_ticks"] = r["election_ticks"]
+        print(
+            f"  cpu % per node {r['cpu_pct_per_node']} (mean {r['cpu_pct_mean']}), every "
+            f"group led: {r['settled']} (after {r['led_s']} s), quiesced "
+            f"{r['quiesced_groups_per_node']}",
+            flush=True,
+        )
+    else:
+        fig["idle_cpu_pct_per_node_1000_groups"] = None
+    # (4) the projection.
+    print("(4) projected 1 KiB records/s:")
+    print(projection_table(fig["cpu_us_per_record_3"], fig["busiest_cpu_us_per_record_3"]))
+    print(ASSUMPTIONS)
+    targets = {
+        "groups_vs_single_ratio >= 1.0": fig["groups_vs_single_ratio"],
+        "ratio_cpu_quota >= 1.5": fig.get("ratio_cpu_quota"),
+        "busiest_node_cpu_share <= 0.40": fig["busiest_node_cpu_share"],
+        "cpu_s_per_gb_7 <= 1.1 x cpu_s_per_gb_3": (
+            round(fig["cpu_s_per_gb_7"] / fig["cpu_s_per_gb_3"], 3)
+            if "cpu_s_per_gb_7" in fig and "cpu_s_per_gb_3" in fig
+            else None
+        ),
+        "idle_cpu_pct_per_node_1000_groups <= 10": fig.get("idle_cpu_pct_per_node_1000_groups"),
+    }
+    print("targets (figure; null: not measured): " + json.dumps(targets))
+    fig["loadavg_end"] = loadavg()
+    print(json.dumps(fig, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
