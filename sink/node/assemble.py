@@ -44,6 +44,7 @@ from sink.members.operator import MembershipOperator
 from sink.members.rpc import MembersEndpoint
 from sink.members.watch import MemberWatch
 from sink.metrics import KafkaCollector, NodeCollector, QuotaCollector, make_registry
+from sink.node.balance_driver import BalancerCollector, LeaderBalanceDriver, RaftHostSource
 from sink.node.data_groups import DataGroups
 from sink.node.disk_watch import DiskWatch
 from sink.node.leaders import LeaderPoller, LeadersTable
@@ -85,9 +86,9 @@ class SinkNode:
         self.node: RaftGroup | None = None
         # With cluster.partition_groups: the process's RaftHost (group 0 = the
         # controller = self.node, plus the data groups), the reconciler and the leaders
-        # table. The leader-balancer driver reads the groups from `host` (and
-        # `data_groups.hosted`); start it after _start_data_groups.
+        # table, and the leader-balancer driver over the data groups `host` runs.
         self.host: RaftHost | None = None
+        self.balancer: LeaderBalanceDriver | None = None
         self.data_groups: DataGroups | None = None
         self.leaders: LeadersTable | None = None
         self.leader_poller: LeaderPoller | None = None
@@ -272,6 +273,19 @@ class SinkNode:
             log.warning("sink.groups node=%d reopened %d data groups", cfg.node_id, opened)
         self.data_groups.start()
         self.leader_poller.start()
+        # Every node moves only the groups it leads, toward the placement's preferred
+        # replica (docs/partition-groups.md, "The balancer driver").
+        self.balancer = LeaderBalanceDriver(
+            RaftHostSource(self.host, self._preferred_replicas, exclude=frozenset({0})),
+            cfg.cluster.balancer_options(),
+        )
+        self.balancer.start()
+
+    def _preferred_replicas(self, group: int) -> tuple[int, ...] | None:
+        """A data group's replicas in placement order (the first is preferred)."""
+        assert self.fsm is not None
+        placed = self.fsm.placement.groups.get(group)
+        return placed.replicas if placed is not None else None
 
     def _raft_address_of(self, node_id: int) -> str | None:
         addr = self.members.address_of(node_id) if self.members else None
@@ -478,6 +492,11 @@ class SinkNode:
             ),
             KafkaCollector(cfg.node_id, self.kafka_stats),
             QuotaCollector(str(cfg.node_id), self.service.quotas),
+            *(
+                [BalancerCollector(cfg.node_id, self.balancer.stats)]
+                if self.balancer is not None
+                else []
+            ),
         )
         self._metrics_server, _ = start_http_server(port, addr=host, registry=registry)
         self.metrics_port = self._metrics_server.server_port
@@ -538,6 +557,8 @@ class SinkNode:
             out["disk_guard"] = self.disk.status()
         if self.data_groups is not None and self.host is not None:
             out["data_groups"] = self.data_groups.status()
+            if self.balancer is not None:
+                out["leader_balance"] = self.balancer.stats()
             out["host"] = self.host.status()
         if self.leader_poller is not None and self.leaders is not None:
             out["leaders_table"] = {
@@ -553,6 +574,8 @@ class SinkNode:
         leader, or None (not leading, no other voter, or timeout: the others then
         elect one after an election timeout, as after a crash). With partition groups
         the data groups led here hand off too (each to another of its replicas)."""
+        if self.balancer is not None:
+            await self.balancer.stop()  # no transfer back while handing off
         if self.data_groups is not None and timeout_s > 0:
             # The data groups this node leads hand off alongside (each to another
             # replica; a failure leaves that group to an election, as after a crash).
@@ -599,6 +622,8 @@ class SinkNode:
             await self.retention.stop()
         if self.service is not None:
             self.service.groups.close()
+        if self.balancer is not None:
+            await self.balancer.stop()
         if self.leader_poller is not None:
             await self.leader_poller.stop()
         if self.data_groups is not None:

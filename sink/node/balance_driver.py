@@ -227,11 +227,17 @@ class RaftHostSource:
     """
 
     def __init__(
-        self, host: RaftHost, replicas: Callable[[int], Sequence[int] | None] | None = None
+        self,
+        host: RaftHost,
+        replicas: Callable[[int], Sequence[int] | None] | None = None,
+        exclude: frozenset[int] = frozenset(),
     ) -> None:
         self.host = host
         self.node_id = host.node_id
         self.replicas = replicas
+        # Groups left where elections put them (the sink's controller, group 0: moving
+        # it costs every client a NOT_CONTROLLER round and balances no data).
+        self.exclude = exclude
 
     def _order(self, group: int, voters: list[int]) -> tuple[int, ...]:
         placed = list(self.replicas(group) or ()) if self.replicas else []
@@ -246,7 +252,7 @@ class RaftHostSource:
     def groups(self) -> Iterator[GroupState]:
         down = set(self.host.status()["peers_down"])
         for gid, g in sorted(self.host.groups.items()):
-            if g.fatal_error is not None:
+            if g.fatal_error is not None or gid in self.exclude:
                 continue
             voters = g.membership()["voters"]
             if not voters:

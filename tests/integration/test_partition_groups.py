@@ -14,6 +14,7 @@ Waits are on conditions with deadlines; the random choices print their seed."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import random
 import time
@@ -122,7 +123,20 @@ def produce_v10(port: int, topic: str, partition: int):
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = SinkProcessCluster(str(tmp_path), n=NODES, partition_groups=True, log_level="INFO")
+    c = SinkProcessCluster(
+        str(tmp_path),
+        n=NODES,
+        partition_groups=True,
+        log_level="INFO",
+        # The leader balancer on test timings (defaults: a round every 10 s, a returning
+        # replica waits 30 s): a restarted node gets its share back within the test.
+        extra_args=[
+            "--cluster-leader-balance-interval-s",
+            "1",
+            "--cluster-leader-balance-return-delay-s",
+            "2",
+        ],
+    )
     c.start()
     try:
         asyncio.run(c.wait_ready(timeout=120))
@@ -311,6 +325,20 @@ def test_five_nodes_rf3_kill_the_busiest_leader_every_ack_read_once(cluster):
         return ends == [expected[p] for p in mine]
 
     wait_for(caught_up, 60, f"node {victim} hosting {placed_on_victim} groups, caught up")
+
+    # Leadership spreads again: the balancer drivers hand the restarted node back the
+    # groups it is preferred for (transfers only), until no node leads more than
+    # ceil(P/N) + 1 and the restarted one leads some.
+    bound = -(-PARTITIONS // NODES) + 1
+
+    def spread() -> bool:
+        led = collections.Counter(leaders_seen(cluster, victim).values())
+        return led[victim] > 0 and max(led.values()) <= bound
+
+    wait_for(spread, 90, lambda: f"leaders per node: {leaders_seen(cluster, victim)}")
+    print(
+        "leaders after the balancer:", collections.Counter(leaders_seen(cluster, victim).values())
+    )
 
 
 def test_bad_input_rf_above_nodes_and_produce_to_a_node_without_a_replica(cluster):
