@@ -28,7 +28,8 @@ Moves, in order, each re-checked against counts that include the moves already c
 2. off a node leading more than the goal, to a replica leading <= goal and at least two
    fewer, groups whose target is preferred first, then groups not preferring the source.
 3. from a node leading >= goal + 2 that move 2 cannot relieve: a chain of transfers
-   through nodes that each give one group and take one, ending at a node <= goal.
+   through nodes that each give one group and take one, ending at a node <= goal (a
+   chain longer than the free in-flight slots starts with its last steps).
 Moves 2 and 3 take a group away from its preferred leader only to cut a node leading
 >= goal + 2 (move 3's inner nodes keep their counts).
 So every move makes progress in one well-founded order, (leaders above goal + 1 summed,
@@ -315,9 +316,13 @@ class LeaderBalancer:
             over = sorted(
                 (n for n in counts if counts[n] >= goal + 2), key=lambda n: (-counts[n], n)
             )
-            path = next((p for n in over if (p := chain(n)) and len(p) <= slots - len(out)), None)
+            path = next((p for n in over if (p := chain(n))), None)
             if path is None:
                 break
-            for v, target in path:
+            # A chain longer than the free slots (max_in_flight 1 allows no chain at all)
+            # starts from its end: each tail step takes a group from an inner node leading
+            # more than the goal to one at or below it, so the rest of the chain, or
+            # move 2, follows in later rounds.
+            for v, target in path[-(slots - len(out)) :]:
                 start(v, target, BALANCE)
         return out
