@@ -23,13 +23,22 @@ Invariants:
 - Quiescence (docs/raft-runtime.md, "Quiescence"): the tick loop ticks only the
   groups whose core is not quiesced (_ticking; a group reports every change
   through _on_quiesce_change). Node liveness stands in for the quiesced
-  groups' heartbeats: each tick every peer gets at least one Beats (empty if
-  no group beats it) carrying this process's start nonce; a peer silent for a
-  randomized election timeout (counted in ticks this loop ran, so a stalled
-  loop never declares anyone dead) or seen with a new nonce wakes the quiesced
+  groups' heartbeats: every node_beat_ticks every peer gets at least one Beats
+  (empty if no group beats it) carrying this process's start nonce. A peer is
+  *down* when it was silent for the randomized silence limit (seconds, well
+  above the election timeout: a starved live process must not look dead;
+  counted in ticks this loop ran, so a stalled loop never declares anyone
+  dead), or when the transport says its stream broke and has not come back
+  and it was silent for T ticks (a killed process; a starved one keeps its
+  connections). A down or restarted (new nonce) peer wakes the quiesced
   groups it leads (their followers campaign) and the quiesced leaders that
   lost a quorum of live voter processes (their CheckQuorum runs again). The
   host only decides *when*; the core's wake() decides what it means.
+- Elections are rate-limited per host: at most campaigns_per_tick groups start
+  a (pre-)campaign per tick (RawNode.campaign_due); the others' ticks wait,
+  which only delays their elections. A fresh group's replicas other than its
+  preferred first candidate (voters[gid mod n]) wait T ticks more, so 1,000
+  new groups mostly elect without competing candidates.
 """
 
 from __future__ import annotations
@@ -89,6 +98,10 @@ class HostStats:
     """Times a peer's Beats came with a new start nonce."""
     liveness_wakes: int = 0
     """Quiesced groups woken by node liveness (a silent or restarted peer)."""
+    peers_seen_broken: int = 0
+    """Peers declared down on the transport's evidence (broken stream + T silent ticks)."""
+    campaigns_deferred: int = 0
+    """Group ticks held back because campaigns_per_tick groups campaigned already."""
 
 
 _PEER_REFRESH_TICKS = 32
@@ -141,7 +154,16 @@ class RaftHost:
         self._peer_limit: dict[int, int] = {}  # silent ticks until it counts as down
         self._peer_nonce: dict[int, int] = {}
         self._down: set[int] = set()
+        self._tick_from = 0  # where the next tick's scan of _ticking starts
+        # peer -> tick at which the transport first said its send stream broke (the
+        # stream is down since); cleared when the peer is heard from again
+        self._broken: dict[int, int] = {}
         self._election_ticks = 0  # the smallest of the hosted groups' (0: no group yet)
+        self._peer_connected: Callable[[int], bool] | None = getattr(
+            transport, "peer_connected", None
+        )
+        if self.quiescence_on and self._peer_connected is not None:
+            transport.on_unreachable = self._on_unreachable
 
     def identity_file(self, directory: str, cluster_id: str) -> IdentityFile:
         """The IDENTITY file of `directory` (one per directory per host; raises
@@ -219,12 +241,27 @@ class RaftHost:
             del self.groups[gid]
             await group._close()
             raise
+        self._stagger_first_election(group)
         self.transport.register_group(gid, group._on_messages)
         if group.quiesced:
             self._quiet[gid] = group
         else:
             self._ticking[gid] = group
         self._add_beat_peers(group)
+
+    def _stagger_first_election(self, group: RaftGroup) -> None:
+        """A fresh group (term 0) elects first on its preferred replica,
+        voters[gid mod n] sorted: the others wait T ticks more. 1,000 groups
+        started together then mostly elect without competing candidates (the
+        storm of split votes), and their leaders spread over the nodes."""
+        if not self.quiescence_on:
+            return
+        c = group.core
+        voters = sorted(c.membership.voters)
+        if c.term != 0 or len(voters) < 2 or self.node_id not in voters:
+            return
+        if voters[group.group_id % len(voters)] != self.node_id:
+            c.postpone_election(group.options.election_ticks)
 
     async def remove_group(self, group_id: int, delete: bool = False) -> None:
         """Stop a group; with delete, also remove its storage (groups/<id>/ and
@@ -381,12 +418,34 @@ class RaftHost:
             self.stats.ticks += 1
             if self.quiescence_on:
                 self._node_beats()
-            for g in list(self._ticking.values()):
-                if g._started and not g._stopped and g._fatal is None:
-                    if skipped and g.role is Role.LEADER:
-                        for _ in range(min(skipped, 2 * g.options.election_ticks)):
-                            g.core.tick()
-                    g._tick()
+            self._tick_groups(skipped)
+
+    def _tick_groups(self, skipped: int) -> None:
+        """Tick every group that is not quiesced; at most campaigns_per_tick of
+        them may start a campaign (the rest wait: their turn comes first next
+        tick, as the scan starts after the last group ticked)."""
+        budget = self.options.campaigns_per_tick or -1
+        groups = list(self._ticking.values())
+        if not groups:
+            return
+        start = self._tick_from % len(groups)
+        deferred = 0
+        for k in range(len(groups)):
+            g = groups[(start + k) % len(groups)]
+            if not g._started or g._stopped or g._fatal is not None:
+                continue
+            if budget >= 0 and g.core.campaign_due():
+                if budget == 0:
+                    if not deferred:
+                        self._tick_from = start + k  # the first one held back goes first
+                    deferred += 1
+                    continue
+                budget -= 1
+            if skipped and g.role is Role.LEADER:
+                for _ in range(min(skipped, 2 * g.options.election_ticks)):
+                    g.core.tick()
+            g._tick()
+        self.stats.campaigns_deferred += deferred
 
     # --------------------------------------------------- quiescence, liveness
 
@@ -429,11 +488,24 @@ class RaftHost:
             self._peer_limit[p] = self._silence_limit()
 
     def _silence_limit(self) -> int:
-        """A randomized election timeout [T, 2T) in ticks (T: the smallest of the
-        hosted groups'), drawn anew for each period a peer is alive, so hosts do
-        not declare a peer dead, and wake its groups, in lockstep."""
+        """A randomized silence limit [S, 1.5 S) in ticks, S = liveness_silence_ms
+        (at least T, the smallest election timeout of the hosted groups), drawn
+        anew for each period a peer is alive, so hosts do not declare a peer
+        dead, and wake its groups, in lockstep."""
         t = self._election_ticks or NodeOptions().election_ticks
-        return self._rng.randrange(t, 2 * t)
+        s = max(t, -(-self.options.liveness_silence_ms // self.options.tick_ms))
+        return self._rng.randrange(s, s + s // 2 + 1)
+
+    def _broken_limit(self) -> int:
+        return self.options.liveness_broken_ticks or (
+            self._election_ticks or NodeOptions().election_ticks
+        )
+
+    def _on_unreachable(self, peer: int) -> None:
+        """The transport lost (or could not open) its stream to peer. Evidence
+        only while the stream stays down: an overflow on a live stream is not."""
+        if peer not in self._broken and not self._peer_connected(peer):  # type: ignore[misc]
+            self._broken[peer] = self.stats.ticks
 
     def _node_beats(self) -> None:
         """Once per tick: send a node beat to every peer that got no Beats since
@@ -441,8 +513,10 @@ class RaftHost:
         now = self.stats.ticks
         if now % _PEER_REFRESH_TICKS == 0:
             self._refresh_peers()
-        owed = [p for p in self._beat_peers if p not in self._beaten]
-        self._beaten = set()
+        owed: list[int] = []
+        if now % self.options.node_beat_ticks == 0:
+            owed = [p for p in self._beat_peers if p not in self._beaten]
+            self._beaten = set()
         if owed:
             self.stats.node_beats_sent += len(owed)
             self.transport.send(
@@ -463,15 +537,38 @@ class RaftHost:
             for p in self._beat_peers
             if p not in self._down and now - self._peer_seen.get(p, now) >= self._peer_limit[p]
         ]
+        if self._broken:
+            silent += self._broken_and_silent(now, silent)
         if silent:
             self._down.update(silent)
             self.stats.peers_declared_down += len(silent)
             log.info("raft.node_silent node=%d peers=%s", self.node_id, sorted(silent))
             self._wake_for(set(silent))
 
+    def _broken_and_silent(self, now: int, already: list[int]) -> list[int]:
+        """Peers whose stream broke, is still down, and that were silent for the
+        broken limit (since before the break): a killed process."""
+        out = []
+        limit = self._broken_limit()
+        for p, since in list(self._broken.items()):
+            if self._peer_connected(p):  # type: ignore[misc]
+                del self._broken[p]  # it came back: no evidence any more
+                continue
+            if (
+                p in self._beat_peers
+                and p not in self._down
+                and p not in already
+                and now - since >= 1
+                and now - self._peer_seen.get(p, now) >= limit
+            ):
+                out.append(p)
+                self.stats.peers_seen_broken += 1
+        return out
+
     def _heard_from(self, m: Beats | BeatsResponse) -> None:
         src = m.src
         self._peer_seen[src] = self.stats.ticks
+        self._broken.pop(src, None)
         if src in self._down:
             self._down.discard(src)
             self._peer_limit[src] = self._silence_limit()
@@ -536,6 +633,8 @@ class RaftHost:
             "peers_declared_down": self.stats.peers_declared_down,
             "peer_restarts_seen": self.stats.peer_restarts_seen,
             "liveness_wakes": self.stats.liveness_wakes,
+            "peers_seen_broken": self.stats.peers_seen_broken,
+            "campaigns_deferred": self.stats.campaigns_deferred,
             "disk_rounds": w.rounds if w else 0,
             "disk_syncs": w.syncs if w else 0,
             "leaders": sum(1 for g in self.groups.values() if g.is_leader()),
