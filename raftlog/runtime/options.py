@@ -149,7 +149,9 @@ class HostOptions:
         if self.tick_ms <= 0:
             raise ValueError(f"HostOptions.tick_ms must be positive, got {self.tick_ms}")
         if self.node_beat_ticks < 1:
-            raise ValueError(f"HostOptions.node_beat_ticks must be >= 1, got {self.node_beat_ticks}")
+            raise ValueError(
+                f"HostOptions.node_beat_ticks must be >= 1, got {self.node_beat_ticks}"
+            )
         if self.liveness_silence_ms <= 0:
             raise ValueError(
                 f"HostOptions.liveness_silence_ms must be positive, got {self.liveness_silence_ms}"

@@ -148,7 +148,7 @@ def test_a_silent_peer_with_its_connection_up_is_not_down_before_the_silence_lim
         try:
             leaders = await c.quiet()
             quiet = leaders[1].id
-            for i, h in c.hosts.items():
+            for h in c.hosts.values():
                 h.transport.held = set(IDS)  # every stream stays "connected"
             rest = tuple(i for i in IDS if i != quiet)
             c.cut(quiet)
