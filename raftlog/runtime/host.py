@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftlog.core import Role
+from raftlog.core.liveness import NodeLiveness, liveness_wakes
 from raftlog.core.messages import Message, MsgType
-from raftlog.core.quorum import has_quorum
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.options import HostOptions, NodeOptions
 from raftlog.runtime.state_machine import StateMachine
@@ -147,17 +147,11 @@ class RaftHost:
         self._rng = random.Random(self.nonce)
         self._ticking: dict[int, RaftGroup] = {}  # groups the tick loop ticks
         self._quiet: dict[int, RaftGroup] = {}  # quiesced groups
-        # node liveness, per peer process (node id)
-        self._beat_peers: set[int] = set()  # peers owed a node beat every tick
-        self._beaten: set[int] = set()  # peers sent a Beats since this tick began
-        self._peer_seen: dict[int, int] = {}  # tick of its newest Beats/BeatsResponse
-        self._peer_limit: dict[int, int] = {}  # silent ticks until it counts as down
-        self._peer_nonce: dict[int, int] = {}
-        self._down: set[int] = set()
+        # node liveness, per peer process (node id); its ticks are this loop's
+        self._beat_peers: set[int] = set()  # peers owed node beats
+        self._beaten: set[int] = set()  # peers sent a Beats since the last node beats
+        self._liveness: NodeLiveness | None = None  # made at the first group (needs T)
         self._tick_from = 0  # where the next tick's scan of _ticking starts
-        # peer -> tick at which the transport first said its send stream broke (the
-        # stream is down since); cleared when the peer is heard from again
-        self._broken: dict[int, int] = {}
         self._election_ticks = 0  # the smallest of the hosted groups' (0: no group yet)
         self._peer_connected: Callable[[int], bool] | None = getattr(
             transport, "peer_connected", None
@@ -457,8 +451,11 @@ class RaftHost:
         if group.quiesced:
             self._ticking.pop(gid, None)
             self._quiet[gid] = group
-            if self._down and group.core.role is Role.LEADER and not self._live_quorum(group):
-                self._liveness_wake(group)
+            if self._liveness is not None and self._liveness.down:
+                for g, _ in liveness_wakes(
+                    self.node_id, [(group, group.core)], self._liveness.down, set()
+                ):
+                    self._liveness_wake(g, campaign=False)
         else:
             self._quiet.pop(gid, None)
             self._ticking[gid] = group
@@ -467,10 +464,11 @@ class RaftHost:
         """The peers owed node beats: every other member any hosted group knows
         (O(groups): on removal and every _PEER_REFRESH_TICKS ticks only)."""
         peers = {p for g in self.groups.values() for p in g.peers if p != self.node_id}
-        self._note_new_peers(peers - self._beat_peers)
         self._beat_peers = peers
         if self.groups:
             self._election_ticks = min(g.options.election_ticks for g in self.groups.values())
+        if self._liveness is not None:
+            self._liveness.set_peers(peers)
 
     def _add_beat_peers(self, group: RaftGroup) -> None:
         """A group was added: its peers are owed node beats from now (O(its peers),
@@ -478,34 +476,19 @@ class RaftHost:
         t = group.options.election_ticks
         self._election_ticks = min(self._election_ticks, t) if self._election_ticks else t
         new = {p for p in group.peers if p != self.node_id} - self._beat_peers
-        self._note_new_peers(new)
         self._beat_peers |= new
-
-    def _note_new_peers(self, peers: set[int]) -> None:
-        now = self.stats.ticks
-        for p in peers:
-            self._peer_seen.setdefault(p, now)
-            self._peer_limit[p] = self._silence_limit()
-
-    def _silence_limit(self) -> int:
-        """A randomized silence limit [S, 1.5 S) in ticks, S = liveness_silence_ms
-        (at least T, the smallest election timeout of the hosted groups), drawn
-        anew for each period a peer is alive, so hosts do not declare a peer
-        dead, and wake its groups, in lockstep."""
-        t = self._election_ticks or NodeOptions().election_ticks
-        s = max(t, -(-self.options.liveness_silence_ms // self.options.tick_ms))
-        return self._rng.randrange(s, s + s // 2 + 1)
-
-    def _broken_limit(self) -> int:
-        return self.options.liveness_broken_ticks or (
-            self._election_ticks or NodeOptions().election_ticks
-        )
+        if self._liveness is None:
+            # S = liveness_silence_ms in ticks, never below T (the smallest election
+            # timeout of the groups hosted when the first one is added)
+            s = max(t, -(-self.options.liveness_silence_ms // self.options.tick_ms))
+            self._liveness = NodeLiveness(self._rng, s, self.options.liveness_broken_ticks or t)
+        self._liveness.add_peers(new)
 
     def _on_unreachable(self, peer: int) -> None:
         """The transport lost (or could not open) its stream to peer. Evidence
         only while the stream stays down: an overflow on a live stream is not."""
-        if peer not in self._broken and not self._peer_connected(peer):  # type: ignore[misc]
-            self._broken[peer] = self.stats.ticks
+        if self._liveness is not None and not self._peer_connected(peer):  # type: ignore[misc]
+            self._liveness.broken(peer)
 
     def _node_beats(self) -> None:
         """Once per tick: send a node beat to every peer that got no Beats since
@@ -532,77 +515,38 @@ class RaftHost:
                     for p in owed
                 ]
             )
-        silent = [
-            p
-            for p in self._beat_peers
-            if p not in self._down and now - self._peer_seen.get(p, now) >= self._peer_limit[p]
-        ]
-        if self._broken:
-            silent += self._broken_and_silent(now, silent)
-        if silent:
-            self._down.update(silent)
-            self.stats.peers_declared_down += len(silent)
-            log.info("raft.node_silent node=%d peers=%s", self.node_id, sorted(silent))
-            self._wake_for(set(silent))
-
-    def _broken_and_silent(self, now: int, already: list[int]) -> list[int]:
-        """Peers whose stream broke, is still down, and that were silent for the
-        broken limit (since before the break): a killed process."""
-        out = []
-        limit = self._broken_limit()
-        for p, since in list(self._broken.items()):
-            if self._peer_connected(p):  # type: ignore[misc]
-                del self._broken[p]  # it came back: no evidence any more
-                continue
-            if (
-                p in self._beat_peers
-                and p not in self._down
-                and p not in already
-                and now - since >= 1
-                and now - self._peer_seen.get(p, now) >= limit
-            ):
-                out.append(p)
-                self.stats.peers_seen_broken += 1
-        return out
+        lv = self._liveness
+        if lv is None:
+            return
+        broken = lv.seen_broken
+        down = lv.tick(self._peer_connected)
+        if down:
+            self.stats.peers_declared_down += len(down)
+            self.stats.peers_seen_broken += lv.seen_broken - broken
+            log.info("raft.node_silent node=%d peers=%s", self.node_id, down)
+            self._wake_for(set(down), set())
 
     def _heard_from(self, m: Beats | BeatsResponse) -> None:
-        src = m.src
-        self._peer_seen[src] = self.stats.ticks
-        self._broken.pop(src, None)
-        if src in self._down:
-            self._down.discard(src)
-            self._peer_limit[src] = self._silence_limit()
-        nonce = m.node_nonce
-        if nonce:
-            old = self._peer_nonce.get(src)
-            if old != nonce:
-                self._peer_nonce[src] = nonce
-                if old is not None:
-                    # A new process: every lease its replicas held is gone.
-                    self.stats.peer_restarts_seen += 1
-                    log.info("raft.node_restarted node=%d peer=%d", self.node_id, src)
-                    self._wake_for({src})
+        if self._liveness is not None and self._liveness.heard(m.src, m.node_nonce):
+            # A new process: every lease its replicas held is gone.
+            self.stats.peer_restarts_seen += 1
+            log.info("raft.node_restarted node=%d peer=%d", self.node_id, m.src)
+            self._wake_for({m.src}, {m.src})
 
-    def _live_quorum(self, group: RaftGroup) -> bool:
-        voters = group.core.membership.voters
-        live = {v for v in voters if v == self.node_id or v not in self._down}
-        return has_quorum(voters, live)
+    def _wake_for(self, gone: set[int], restarted: set[int]) -> None:
+        """Peers' processes are gone (down or restarted): wake what
+        liveness_wakes says (followers of theirs campaign; leaders here without a
+        live quorum, or with a restarted member, resume heartbeats)."""
+        assert self._liveness is not None
+        quiet = [(g, g.core) for g in self._quiet.values()]
+        for g, campaign in liveness_wakes(
+            self.node_id, quiet, self._liveness.down, gone, restarted
+        ):
+            self._liveness_wake(g, campaign)
 
-    def _wake_for(self, peers: set[int]) -> None:
-        """Peers' processes are gone (silent or restarted): wake the quiesced
-        groups they lead, to campaign, and the quiesced leaders here that lost a
-        quorum of live voter processes, to run CheckQuorum."""
-        for g in list(self._quiet.values()):
-            c = g.core
-            if c.role is Role.LEADER:
-                if not self._live_quorum(g):
-                    self._liveness_wake(g)
-            elif c.lead in peers:
-                self._liveness_wake(g)
-
-    def _liveness_wake(self, group: RaftGroup) -> None:
+    def _liveness_wake(self, group: RaftGroup, campaign: bool) -> None:
         self.stats.liveness_wakes += 1
-        group._wake_quiesced(campaign=True)
+        group._wake_quiesced(campaign=campaign)
 
     async def _housekeeping(self) -> None:
         while True:
@@ -629,7 +573,7 @@ class RaftHost:
             "quiescence": self.quiescence_on,
             "quiesced_groups": len(self._quiet),
             "node_beats_sent": self.stats.node_beats_sent,
-            "peers_down": sorted(self._down),
+            "peers_down": sorted(self._liveness.down) if self._liveness else [],
             "peers_declared_down": self.stats.peers_declared_down,
             "peer_restarts_seen": self.stats.peer_restarts_seen,
             "liveness_wakes": self.stats.liveness_wakes,
