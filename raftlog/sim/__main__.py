@@ -18,6 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", help="run a range lo:hi of seeds")
     ap.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="chaos-phase length in ticks")
     ap.add_argument("--groups", type=int, default=1, help="Raft groups over the nodes (default 1)")
+    ap.add_argument(
+        "--quiesce-ticks", type=int, default=0, help="quiescence and node liveness (0: off)"
+    )
     ap.add_argument("--verbose", action="store_true", help="print every event")
     a = ap.parse_args(argv)
     if a.seed is not None:
@@ -32,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for s in seeds:
         try:
-            res = run_seed(s, a.steps, a.verbose, groups=a.groups)
+            extra = {"quiesce_ticks": a.quiesce_ticks} if a.quiesce_ticks else {}
+            res = run_seed(s, a.steps, a.verbose, groups=a.groups, **extra)
         except SimFailure as e:
             print(e, file=sys.stderr)
             failed += 1
@@ -49,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"  {res.groups} groups: {res.beats_sent} coalesced beat messages carried "
                     f"{res.beat_rows_sent} beats; {res.disk_rounds} disk rounds; "
                     f"I8: {res.misrouted} misrouted, {res.unknown_group_drops} dropped as not hosted"
+                )
+            if a.quiesce_ticks:
+                print(
+                    f"  quiescence: {res.quiesced_after_idle} groups quiesced after the idle "
+                    f"phase; {res.peers_declared_down} peers declared down; "
+                    f"{res.liveness_wakes} liveness wakes"
                 )
     if a.seed is None:
         print(f"seeds {seeds.start}..{seeds.stop - 1}: {len(seeds) - failed} ok, {failed} failed")
