@@ -18,7 +18,7 @@ before, which keeps one-group seeds' traces unchanged).
 With quiescence (`quiesce_ticks` > 0) an idle phase comes first: after the heal,
 `IDLE_TICKS` ticks without client requests, in which groups elect, catch up and
 quiesce on their own; then no group may stay quiesced while one of its live
-members lacks its leader's log (checked twice, 3T ticks apart: a quiesced group
+members lacks its leader's log or its admission (a replacement) (checked twice, 3T ticks apart: a quiesced group
 changes only when something wakes it, so a lag seen at both is one nothing
 will repair until the next write). Then the markers, as above: every group,
 quiesced or not, must elect and commit again.
@@ -239,7 +239,8 @@ def _holds(node: object, index: int, term: int) -> bool:
 
 def _quiesced_lagging(c: SimCluster) -> set[tuple[int, int, int, int]]:
     """(group, leader, member, term) for each quiesced leader with a live member
-    whose log lacks the leader's last entry."""
+    whose log lacks the leader's last entry, or that is a replacement not yet
+    admitted (it may not vote until the leader heartbeats it)."""
     out = set()
     for g in c.gs:
         ld = g.leader()
@@ -254,7 +255,7 @@ def _quiesced_lagging(c: SimCluster) -> set[tuple[int, int, int, int]]:
                 m != ld.id
                 and sn is not None
                 and sn.node is not None
-                and not _holds(sn.node, last, term)
+                and (not _holds(sn.node, last, term) or sn.node.is_replacement())
             ):
                 out.add((g.gid, ld.id, m, node.term))
     return out
