@@ -104,6 +104,9 @@ class HostStats:
     """Group ticks held back because campaigns_per_tick groups campaigned already."""
 
 
+_STALL_DRAIN_ROUNDS = 4
+"""Loop rounds run after a stall before leaders replay its ticks (see _ticker)."""
+
 _PEER_REFRESH_TICKS = 32
 """How often the set of peers owed node beats is recomputed from the groups'
 peers (membership changes add peers without telling the host)."""
@@ -420,6 +423,14 @@ class RaftHost:
                 skipped = int(behind / interval)
                 self.stats.ticks_skipped += skipped
                 next_at += skipped * interval
+                # Before leaders replay the missed ticks (CheckQuorum among them), let
+                # the loop run what arrived during the stall: the answers waiting there
+                # were received in the stalled wall time, and judging without them
+                # deposed every awake leader of a starved process at each long stall
+                # (at 1,000 groups: an election storm that never settled). A few
+                # rounds: transport callbacks first, then the tasks they wake.
+                for _ in range(_STALL_DRAIN_ROUNDS):
+                    await asyncio.sleep(0)
             self.stats.ticks += 1
             if self.quiescence_on:
                 self._node_beats()

@@ -90,13 +90,16 @@ def test_idle_groups_quiesce_then_only_node_beats_flow(tmp_path):
             node_beats = h.stats.node_beats_sent
             rows = {i: c.hosts[i].stats.beat_rows_sent for i in IDS}
             ticked_before = {i: c.hosts[i].stats.ticks for i in IDS}
+            # (a host opening its groups slowly on a loaded box may have looked down to
+            # the others at start-up: count only the idle window)
+            down_before = {i: c.hosts[i].stats.peers_declared_down for i in IDS}
             await _ticks(h, 3 * T)
             # no group beat for three election timeouts, no election
             assert {i: c.hosts[i].stats.beat_rows_sent for i in IDS} == rows
             # one per peer every node_beat_ticks (2) ticks
             assert h.stats.node_beats_sent >= node_beats + 2 * (3 * T // 2 - 2)
             assert c.all_quiesced()
-            assert all(c.hosts[i].stats.peers_declared_down == 0 for i in IDS)
+            assert {i: c.hosts[i].stats.peers_declared_down for i in IDS} == down_before
             assert all(c.hosts[i].stats.ticks > ticked_before[i] for i in IDS)
             terms = {g: c.leader(g).term for g in GROUPS}
             assert all(t >= 1 for t in terms.values())
