@@ -52,8 +52,9 @@ class NodeOptions:
     ticks whose followers hold its whole log stops heartbeating the group, and
     the followers stop their election timers; the host then watches the
     leader's process (node beats) instead. 0 (the default): never quiesce; 6 is
-    the value tested. Off by default until the simulator checks it (its lease
-    rule, node liveness under faults) and its 1,000-group target is met.
+    the value tested. Off by default until its 1,000-group target is met in
+    every run on the loaded CI box (the simulator checks it: raftlog/sim,
+    quiesce_ticks; docs/raft-runtime.md, "Quiescence", "Measured again").
     Takes effect only on a host with HostOptions.quiesce on."""
     cluster_id: str = ""
     """The cluster this node belongs to ("": take the data directory's, or make
