@@ -60,6 +60,7 @@ async def idle_run(
     extra: tuple[str, ...] = ("--groups", str(groups), "--election-ticks", str(election_ticks))
     if not quiesce:
         extra += ("--no-quiesce",)
+    load_before = loadavg()
     c = RaftProcessCluster(base, module="raftlog.host_process", extra_args=extra)
     t_start = time.monotonic()
     c.start()
@@ -132,6 +133,8 @@ async def idle_run(
             "liveness_wakes": {i: sts1[i].get("liveness_wakes", 0) for i in pids},
             "leaders_per_node": {i: st["leaders"] for i, st in sts1.items()},
             "peers_declared_down": {i: st.get("peers_declared_down", 0) for i, st in sts1.items()},
+            "campaigns_deferred": {i: st.get("campaigns_deferred", 0) for i, st in sts1.items()},
+            "loadavg_before": load_before,
             "loadavg_after": loadavg(),
         }
     finally:
@@ -162,7 +165,7 @@ async def main_async(args: argparse.Namespace) -> dict:
     root = tempfile.mkdtemp(prefix="scale-idle-")
     try:
         for g in groups:
-            for quiesce in (True, False):
+            for quiesce in [m == "on" for m in args.modes.split(",")]:
                 t0 = time.monotonic()
                 r = await idle_run(
                     os.path.join(root, f"g{g}-{int(quiesce)}"),
@@ -178,7 +181,9 @@ async def main_async(args: argparse.Namespace) -> dict:
                     f"msgs/s/peer {r['msgs_per_s_per_peer_mean']} "
                     f"quiesced {r['quiesced_groups_per_node']} awake {r['awake_groups_per_node']} "
                     f"liveness wakes {r['liveness_wakes']} settled={r['settled']} "
-                    f"led after {r['led_s']} s ({time.monotonic() - t0:.0f} s)",
+                    f"led after {r['led_s']} s ({time.monotonic() - t0:.0f} s) "
+                    f"down {r['peers_declared_down']} deferred {r['campaigns_deferred']} "
+                    f"load {r['loadavg_before']} -> {r['loadavg_after']}",
                     flush=True,
                 )
                 results.append(r)
@@ -228,6 +233,7 @@ def main() -> None:
         help="election timeout in 30 ms ticks; idle cost does not depend on it, but 1,000 "
         "groups starting at once on a loaded 2-core box only finish electing with a longer one",
     )
+    ap.add_argument("--modes", default="on,off", help="quiescence on, off or both (on,off)")
     ap.add_argument("--quick", action="store_true", help="10 s windows, 10 s settle")
     args = ap.parse_args()
     if args.quick:

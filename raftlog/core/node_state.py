@@ -523,6 +523,24 @@ class RawNode:
         if campaign and self.role is not Role.LEADER:
             self.election_elapsed = max(self.election_elapsed, self.cfg.election_tick)
 
+    def campaign_due(self) -> bool:
+        """The next tick() starts a (pre-)campaign: the runtime may hold that tick
+        back to spread the elections of many groups (a follower's slower clock
+        only delays its election and keeps its vote lease longer)."""
+        return (
+            not self.quiesced
+            and self.role is not Role.LEADER
+            and self.election_elapsed + 1 >= self.randomized_timeout
+            and self.promotable
+        )
+
+    def postpone_election(self, ticks: int) -> None:
+        """Campaign `ticks` later than the randomized timeout says (the runtime's
+        call for a fresh group's replicas that should not campaign first). Only
+        delays: a node without a leader is not in a lease, whatever its clock."""
+        if self.role is not Role.LEADER and ticks > 0:
+            self.election_elapsed -= ticks
+
     def identity_change(self) -> Membership | None:
         """The membership change the leader makes next for node identities, if any:
         record incarnations not recorded yet (founding, rolling upgrade), turn a

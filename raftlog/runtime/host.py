@@ -23,13 +23,22 @@ Invariants:
 - Quiescence (docs/raft-runtime.md, "Quiescence"): the tick loop ticks only the
   groups whose core is not quiesced (_ticking; a group reports every change
   through _on_quiesce_change). Node liveness stands in for the quiesced
-  groups' heartbeats: each tick every peer gets at least one Beats (empty if
-  no group beats it) carrying this process's start nonce; a peer silent for a
-  randomized election timeout (counted in ticks this loop ran, so a stalled
-  loop never declares anyone dead) or seen with a new nonce wakes the quiesced
+  groups' heartbeats: every node_beat_ticks every peer gets at least one Beats
+  (empty if no group beats it) carrying this process's start nonce. A peer is
+  *down* when it was silent for the randomized silence limit (seconds, well
+  above the election timeout: a starved live process must not look dead;
+  counted in ticks this loop ran, so a stalled loop never declares anyone
+  dead), or when the transport says its stream broke and has not come back
+  and it was silent for T ticks (a killed process; a starved one keeps its
+  connections). A down or restarted (new nonce) peer wakes the quiesced
   groups it leads (their followers campaign) and the quiesced leaders that
   lost a quorum of live voter processes (their CheckQuorum runs again). The
   host only decides *when*; the core's wake() decides what it means.
+- Elections are rate-limited per host: at most campaigns_per_tick groups start
+  a (pre-)campaign per tick (RawNode.campaign_due); the others' ticks wait,
+  which only delays their elections. A fresh group's replicas other than its
+  preferred first candidate (voters[gid mod n]) wait T ticks more, so 1,000
+  new groups mostly elect without competing candidates.
 """
 
 from __future__ import annotations
@@ -46,8 +55,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftlog.core import Role
+from raftlog.core.liveness import NodeLiveness, liveness_wakes
 from raftlog.core.messages import Message, MsgType
-from raftlog.core.quorum import has_quorum
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.options import HostOptions, NodeOptions
 from raftlog.runtime.state_machine import StateMachine
@@ -89,7 +98,14 @@ class HostStats:
     """Times a peer's Beats came with a new start nonce."""
     liveness_wakes: int = 0
     """Quiesced groups woken by node liveness (a silent or restarted peer)."""
+    peers_seen_broken: int = 0
+    """Peers declared down on the transport's evidence (broken stream + T silent ticks)."""
+    campaigns_deferred: int = 0
+    """Group ticks held back because campaigns_per_tick groups campaigned already."""
 
+
+_STALL_DRAIN_ROUNDS = 4
+"""Loop rounds run after a stall before leaders replay its ticks (see _ticker)."""
 
 _PEER_REFRESH_TICKS = 32
 """How often the set of peers owed node beats is recomputed from the groups'
@@ -134,14 +150,18 @@ class RaftHost:
         self._rng = random.Random(self.nonce)
         self._ticking: dict[int, RaftGroup] = {}  # groups the tick loop ticks
         self._quiet: dict[int, RaftGroup] = {}  # quiesced groups
-        # node liveness, per peer process (node id)
-        self._beat_peers: set[int] = set()  # peers owed a node beat every tick
-        self._beaten: set[int] = set()  # peers sent a Beats since this tick began
-        self._peer_seen: dict[int, int] = {}  # tick of its newest Beats/BeatsResponse
-        self._peer_limit: dict[int, int] = {}  # silent ticks until it counts as down
-        self._peer_nonce: dict[int, int] = {}
-        self._down: set[int] = set()
+        # node liveness, per peer process (node id); its ticks are this loop's
+        self._beat_peers: set[int] = set()  # peers owed node beats
+        self._beaten: set[int] = set()  # peers sent a Beats since the last node beats
+        self._liveness: NodeLiveness | None = None  # made at the first group (needs T)
+        self._tick_from = 0  # where the next tick's scan of _ticking starts
+        self._first_slot = 0.0  # the tick of the newest fresh group's first-election slot
         self._election_ticks = 0  # the smallest of the hosted groups' (0: no group yet)
+        self._peer_connected: Callable[[int], bool] | None = getattr(
+            transport, "peer_connected", None
+        )
+        if self.quiescence_on and self._peer_connected is not None:
+            transport.on_unreachable = self._on_unreachable
 
     def identity_file(self, directory: str, cluster_id: str) -> IdentityFile:
         """The IDENTITY file of `directory` (one per directory per host; raises
@@ -219,12 +239,37 @@ class RaftHost:
             del self.groups[gid]
             await group._close()
             raise
+        self._stagger_first_election(group)
         self.transport.register_group(gid, group._on_messages)
         if group.quiesced:
             self._quiet[gid] = group
         else:
             self._ticking[gid] = group
         self._add_beat_peers(group)
+
+    def _stagger_first_election(self, group: RaftGroup) -> None:
+        """A fresh group (term 0) elects first on its preferred replica,
+        voters[gid mod n] sorted, in the next free slot of campaigns_per_tick
+        first elections per tick on this host; the other replicas wait 3T ticks
+        beyond that slot (they campaign only if the preferred one could not).
+        1,000 groups started together then elect a few per tick without
+        competing candidates, each quiesces soon after, and only a few dozen are
+        awake (heartbeating every tick) at any time: no storm of split votes on
+        a starved box. Their leaders spread over the nodes."""
+        if not self.quiescence_on:
+            return
+        c = group.core
+        voters = sorted(c.membership.voters)
+        if c.term != 0 or len(voters) < 2 or self.node_id not in voters:
+            return
+        now = self.stats.ticks
+        rate = self.options.campaigns_per_tick or 1_000_000
+        self._first_slot = max(self._first_slot, float(now)) + 1.0 / rate
+        delay = int(self._first_slot - now)
+        t = group.options.election_ticks
+        if voters[group.group_id % len(voters)] != self.node_id:
+            delay += 3 * t
+        c.postpone_election(delay)
 
     async def remove_group(self, group_id: int, delete: bool = False) -> None:
         """Stop a group; with delete, also remove its storage (groups/<id>/ and
@@ -378,15 +423,45 @@ class RaftHost:
                 skipped = int(behind / interval)
                 self.stats.ticks_skipped += skipped
                 next_at += skipped * interval
+                # Before leaders replay the missed ticks (CheckQuorum among them), let
+                # the loop run what arrived during the stall: the answers waiting there
+                # were received in the stalled wall time, and judging without them
+                # deposed every awake leader of a starved process at each long stall
+                # (at 1,000 groups: an election storm that never settled). A few
+                # rounds: transport callbacks first, then the tasks they wake.
+                for _ in range(_STALL_DRAIN_ROUNDS):
+                    await asyncio.sleep(0)
             self.stats.ticks += 1
             if self.quiescence_on:
                 self._node_beats()
-            for g in list(self._ticking.values()):
-                if g._started and not g._stopped and g._fatal is None:
-                    if skipped and g.role is Role.LEADER:
-                        for _ in range(min(skipped, 2 * g.options.election_ticks)):
-                            g.core.tick()
-                    g._tick()
+            self._tick_groups(skipped)
+
+    def _tick_groups(self, skipped: int) -> None:
+        """Tick every group that is not quiesced; at most campaigns_per_tick of
+        them may start a campaign (the rest wait: their turn comes first next
+        tick, as the scan starts after the last group ticked)."""
+        budget = self.options.campaigns_per_tick or -1
+        groups = list(self._ticking.values())
+        if not groups:
+            return
+        start = self._tick_from % len(groups)
+        deferred = 0
+        for k in range(len(groups)):
+            g = groups[(start + k) % len(groups)]
+            if not g._started or g._stopped or g._fatal is not None:
+                continue
+            if budget >= 0 and g.core.campaign_due():
+                if budget == 0:
+                    if not deferred:
+                        self._tick_from = start + k  # the first one held back goes first
+                    deferred += 1
+                    continue
+                budget -= 1
+            if skipped and g.role is Role.LEADER:
+                for _ in range(min(skipped, 2 * g.options.election_ticks)):
+                    g.core.tick()
+            g._tick()
+        self.stats.campaigns_deferred += deferred
 
     # --------------------------------------------------- quiescence, liveness
 
@@ -398,8 +473,11 @@ class RaftHost:
         if group.quiesced:
             self._ticking.pop(gid, None)
             self._quiet[gid] = group
-            if self._down and group.core.role is Role.LEADER and not self._live_quorum(group):
-                self._liveness_wake(group)
+            if self._liveness is not None and self._liveness.down:
+                for g, _ in liveness_wakes(
+                    self.node_id, [(group, group.core)], self._liveness.down, set()
+                ):
+                    self._liveness_wake(g, campaign=False)
         else:
             self._quiet.pop(gid, None)
             self._ticking[gid] = group
@@ -408,10 +486,11 @@ class RaftHost:
         """The peers owed node beats: every other member any hosted group knows
         (O(groups): on removal and every _PEER_REFRESH_TICKS ticks only)."""
         peers = {p for g in self.groups.values() for p in g.peers if p != self.node_id}
-        self._note_new_peers(peers - self._beat_peers)
         self._beat_peers = peers
         if self.groups:
             self._election_ticks = min(g.options.election_ticks for g in self.groups.values())
+        if self._liveness is not None:
+            self._liveness.set_peers(peers)
 
     def _add_beat_peers(self, group: RaftGroup) -> None:
         """A group was added: its peers are owed node beats from now (O(its peers),
@@ -419,21 +498,19 @@ class RaftHost:
         t = group.options.election_ticks
         self._election_ticks = min(self._election_ticks, t) if self._election_ticks else t
         new = {p for p in group.peers if p != self.node_id} - self._beat_peers
-        self._note_new_peers(new)
         self._beat_peers |= new
+        if self._liveness is None:
+            # S = liveness_silence_ms in ticks, never below T (the smallest election
+            # timeout of the groups hosted when the first one is added)
+            s = max(t, -(-self.options.liveness_silence_ms // self.options.tick_ms))
+            self._liveness = NodeLiveness(self._rng, s, self.options.liveness_broken_ticks or t)
+        self._liveness.add_peers(new)
 
-    def _note_new_peers(self, peers: set[int]) -> None:
-        now = self.stats.ticks
-        for p in peers:
-            self._peer_seen.setdefault(p, now)
-            self._peer_limit[p] = self._silence_limit()
-
-    def _silence_limit(self) -> int:
-        """A randomized election timeout [T, 2T) in ticks (T: the smallest of the
-        hosted groups'), drawn anew for each period a peer is alive, so hosts do
-        not declare a peer dead, and wake its groups, in lockstep."""
-        t = self._election_ticks or NodeOptions().election_ticks
-        return self._rng.randrange(t, 2 * t)
+    def _on_unreachable(self, peer: int) -> None:
+        """The transport lost (or could not open) its stream to peer. Evidence
+        only while the stream stays down: an overflow on a live stream is not."""
+        if self._liveness is not None and not self._peer_connected(peer):  # type: ignore[misc]
+            self._liveness.broken(peer)
 
     def _node_beats(self) -> None:
         """Once per tick: send a node beat to every peer that got no Beats since
@@ -441,8 +518,10 @@ class RaftHost:
         now = self.stats.ticks
         if now % _PEER_REFRESH_TICKS == 0:
             self._refresh_peers()
-        owed = [p for p in self._beat_peers if p not in self._beaten]
-        self._beaten = set()
+        owed: list[int] = []
+        if now % self.options.node_beat_ticks == 0:
+            owed = [p for p in self._beat_peers if p not in self._beaten]
+            self._beaten = set()
         if owed:
             self.stats.node_beats_sent += len(owed)
             self.transport.send(
@@ -458,54 +537,38 @@ class RaftHost:
                     for p in owed
                 ]
             )
-        silent = [
-            p
-            for p in self._beat_peers
-            if p not in self._down and now - self._peer_seen.get(p, now) >= self._peer_limit[p]
-        ]
-        if silent:
-            self._down.update(silent)
-            self.stats.peers_declared_down += len(silent)
-            log.info("raft.node_silent node=%d peers=%s", self.node_id, sorted(silent))
-            self._wake_for(set(silent))
+        lv = self._liveness
+        if lv is None:
+            return
+        broken = lv.seen_broken
+        down = lv.tick(self._peer_connected)
+        if down:
+            self.stats.peers_declared_down += len(down)
+            self.stats.peers_seen_broken += lv.seen_broken - broken
+            log.info("raft.node_silent node=%d peers=%s", self.node_id, down)
+            self._wake_for(set(down), set())
 
     def _heard_from(self, m: Beats | BeatsResponse) -> None:
-        src = m.src
-        self._peer_seen[src] = self.stats.ticks
-        if src in self._down:
-            self._down.discard(src)
-            self._peer_limit[src] = self._silence_limit()
-        nonce = m.node_nonce
-        if nonce:
-            old = self._peer_nonce.get(src)
-            if old != nonce:
-                self._peer_nonce[src] = nonce
-                if old is not None:
-                    # A new process: every lease its replicas held is gone.
-                    self.stats.peer_restarts_seen += 1
-                    log.info("raft.node_restarted node=%d peer=%d", self.node_id, src)
-                    self._wake_for({src})
+        if self._liveness is not None and self._liveness.heard(m.src, m.node_nonce):
+            # A new process: every lease its replicas held is gone.
+            self.stats.peer_restarts_seen += 1
+            log.info("raft.node_restarted node=%d peer=%d", self.node_id, m.src)
+            self._wake_for({m.src}, {m.src})
 
-    def _live_quorum(self, group: RaftGroup) -> bool:
-        voters = group.core.membership.voters
-        live = {v for v in voters if v == self.node_id or v not in self._down}
-        return has_quorum(voters, live)
+    def _wake_for(self, gone: set[int], restarted: set[int]) -> None:
+        """Peers' processes are gone (down or restarted): wake what
+        liveness_wakes says (followers of theirs campaign; leaders here without a
+        live quorum, or with a restarted member, resume heartbeats)."""
+        assert self._liveness is not None
+        quiet = [(g, g.core) for g in self._quiet.values()]
+        for g, campaign in liveness_wakes(
+            self.node_id, quiet, self._liveness.down, gone, restarted
+        ):
+            self._liveness_wake(g, campaign)
 
-    def _wake_for(self, peers: set[int]) -> None:
-        """Peers' processes are gone (silent or restarted): wake the quiesced
-        groups they lead, to campaign, and the quiesced leaders here that lost a
-        quorum of live voter processes, to run CheckQuorum."""
-        for g in list(self._quiet.values()):
-            c = g.core
-            if c.role is Role.LEADER:
-                if not self._live_quorum(g):
-                    self._liveness_wake(g)
-            elif c.lead in peers:
-                self._liveness_wake(g)
-
-    def _liveness_wake(self, group: RaftGroup) -> None:
+    def _liveness_wake(self, group: RaftGroup, campaign: bool) -> None:
         self.stats.liveness_wakes += 1
-        group._wake_quiesced(campaign=True)
+        group._wake_quiesced(campaign=campaign)
 
     async def _housekeeping(self) -> None:
         while True:
@@ -532,10 +595,12 @@ class RaftHost:
             "quiescence": self.quiescence_on,
             "quiesced_groups": len(self._quiet),
             "node_beats_sent": self.stats.node_beats_sent,
-            "peers_down": sorted(self._down),
+            "peers_down": sorted(self._liveness.down) if self._liveness else [],
             "peers_declared_down": self.stats.peers_declared_down,
             "peer_restarts_seen": self.stats.peer_restarts_seen,
             "liveness_wakes": self.stats.liveness_wakes,
+            "peers_seen_broken": self.stats.peers_seen_broken,
+            "campaigns_deferred": self.stats.campaigns_deferred,
             "disk_rounds": w.rounds if w else 0,
             "disk_syncs": w.syncs if w else 0,
             "leaders": sum(1 for g in self.groups.values() if g.is_leader()),

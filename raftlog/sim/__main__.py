@@ -19,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", help="run a range lo:hi of seeds")
     ap.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="chaos-phase length in ticks")
     ap.add_argument("--groups", type=int, default=1, help="Raft groups over the nodes (default 1)")
+    ap.add_argument(
+        "--quiesce-ticks", type=int, default=0, help="quiescence and node liveness (0: off)"
+    )
     ap.add_argument("--verbose", action="store_true", help="print every event")
     ap.add_argument(
         "--workers",
@@ -36,9 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give --seed N or --seeds LO:HI")
     if a.groups < 1:
         ap.error("--groups must be >= 1")
+    extra = {"quiesce_ticks": a.quiesce_ticks} if a.quiesce_ticks else {}
     if a.seed is None and not a.verbose:
         report = sweep(
-            ((s, {"steps": a.steps, "groups": a.groups}) for s in seeds),
+            ((s, {"steps": a.steps, "groups": a.groups, **extra}) for s in seeds),
             workers=a.workers if a.workers is not None else default_workers(),
         )
         for _seed, text in report.failures:
@@ -49,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for s in seeds:
         try:
-            res = run_seed(s, a.steps, a.verbose, groups=a.groups)
+            res = run_seed(s, a.steps, a.verbose, groups=a.groups, **extra)
         except SimFailure as e:
             print(e, file=sys.stderr)
             failed += 1
@@ -66,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"  {res.groups} groups: {res.beats_sent} coalesced beat messages carried "
                     f"{res.beat_rows_sent} beats; {res.disk_rounds} disk rounds; "
                     f"I8: {res.misrouted} misrouted, {res.unknown_group_drops} dropped as not hosted"
+                )
+            if a.quiesce_ticks:
+                print(
+                    f"  quiescence: {res.quiesced_after_idle} groups quiesced after the idle "
+                    f"phase; {res.peers_declared_down} peers declared down; "
+                    f"{res.liveness_wakes} liveness wakes"
                 )
     if a.seed is None:
         print(f"seeds {seeds.start}..{seeds.stop - 1}: {len(seeds) - failed} ok, {failed} failed")

@@ -38,6 +38,15 @@ or a beat row for a group the receiving node does not host is dropped and counte
 (I8, `unknown_group_msgs` / `unknown_group_rows`), never delivered; the
 `misroute` fault sends such messages on purpose.
 
+Quiescence (`quiesce_ticks` > 0; docs/raft-runtime.md, "Quiescence"): idle
+leaders quiesce (the core's rule) and every node keeps a real `NodeLiveness`
+(raftlog/core/liveness.py) as the host does: node beats (empty Beats with the
+node's start nonce, every `node_beat_ticks` to each peer no Beats went to) travel
+as network messages (dropped, delayed, cut by partitions); a crash resets the
+connections of the peers that can reach the node (the broken-stream evidence);
+a restart makes a new nonce; the quiesced replicas to wake are `liveness_wakes`'
+choice, as in the host. Heartbeats then travel coalesced even with one group.
+
 Invariants with one group, kept byte for byte: with `groups == 1` the random
 streams, the event order and the trace are those of the single-group simulator
 (nothing draws from the seed's random stream only because groups exist).
@@ -52,12 +61,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from raftlog.core import AppendEntries, MemoryStorage, Message, MsgType, RaftConfig, RawNode
+from raftlog.core import AppendEntries, MemoryStorage, Message, MsgType, RaftConfig, RawNode, Role
+from raftlog.core.liveness import NodeLiveness, liveness_wakes
 from raftlog.entry import EntryType, HardState
 from raftlog.sim.group import SimGroup, SimNode
 from raftlog.sim.invariants import Checker
 from raftlog.transport.beats import (
     COALESCED_KINDS,
+    HOST_GROUP_ID,
     Beats,
     BeatsResponse,
     coalesce,
@@ -111,6 +122,12 @@ class SimParams:
     not host its group (or that a coalesced beat gains a row for such a group): I8."""
     coalesce: bool = True
     """With groups > 1: heartbeats travel coalesced per node pair (transport/beats.py)."""
+    quiesce_ticks: int = 0
+    """Quiescence and node liveness (0: off, and the seeds' streams are those of before)."""
+    silence_ticks: int = 30
+    """Node liveness: silence limit S in ticks (drawn in [S, 1.5 S]); a broken stream
+    counts after election_tick silent ticks."""
+    node_beat_ticks: int = 2
 
 
 _BEAT_KINDS = (MsgType.HEARTBEAT, MsgType.HEARTBEAT_RESP)
@@ -130,6 +147,13 @@ class SimHost:
     """A disk round (one fsync for every group's pending Ready) is in flight."""
     replicas: dict[int, SimNode] = field(default_factory=dict)
     """gid -> this node's replica of that group, in gid order."""
+    peers: set[int] = field(default_factory=set)
+    """Nodes hosting a replica of a group this node hosts."""
+    nonce: int = 0
+    """Start nonce of the current process (quiescence only; new at every start)."""
+    liveness: NodeLiveness | None = None
+    beaten: set[int] = field(default_factory=set)
+    """Peers a Beats went to since the last node beats."""
 
 
 def placement(gid: int, hosts: int, size: int) -> list[int]:
@@ -151,6 +175,12 @@ class SimCluster:
         self.cut: list[set[int]] | None = None  # partition, None = healed
         self.losses = 0
         self.multi = params.groups > 1
+        self.quiesce = params.quiesce_ticks > 0
+        self.coalesced = (self.multi or self.quiesce) and params.coalesce
+        self.liveness_wakes = 0
+        self.peers_declared_down = 0
+        # nonces and liveness draws from their own stream (quiescence off: untouched)
+        self._nonce_rng = random.Random(f"nonces-{seed}")
         # I8 and coalescing counters (multi-group only)
         self.unknown_group_msgs = 0
         self.unknown_group_rows = 0
@@ -187,11 +217,13 @@ class SimCluster:
                     snapshot_chunk_bytes=params.snapshot_chunk_bytes,
                     group_id=g,
                     incarnation=self.hosts[i].incarnation,
+                    quiesce_ticks=params.quiesce_ticks,
                 )
                 grp.nodes[i] = SimNode(i, cfg, gid=g)
             self.gs.append(grp)
         for h in self.hosts.values():
             h.replicas = {g.gid: g.nodes[h.id] for g in self.gs if h.id in g.nodes}
+            h.peers = {i for g in self.gs if h.id in g.nodes for i in g.nodes} - {h.id}
             self._start(h)
 
     # ---------------------------------------------- the single-group view
@@ -272,6 +304,15 @@ class SimCluster:
             cfg = replace(sn.cfg, applied=sn.applied)
             sn.node = RawNode(cfg, st, random.Random(self.rng.random()), st.hard_state)
             sn.pending = None
+        if self.quiesce:
+            # a new process: new nonce, liveness state from scratch
+            r = self._nonce_rng
+            h.nonce = r.randrange(1, 2**63)
+            h.liveness = NodeLiveness(
+                random.Random(r.random()), self.p.silence_ticks, self.p.election_tick
+            )
+            h.liveness.set_peers(h.peers)
+            h.beaten = set()
         # first tick at a random phase so nodes' clocks are not aligned
         self.schedule(self.now + self.rng.randrange(1, TICK + 1), "tick", (h.id, h.gen))
 
@@ -283,6 +324,12 @@ class SimCluster:
         self.log(f"CRASH {nid} (losing unsynced ready: {unsynced})")
         h.up = False
         h.gen += 1
+        if self.quiesce:
+            # the kernel resets a killed process's connections: every peer that can
+            # reach it sees its stream break (a partitioned one sees nothing)
+            for o in self.live():
+                if o.liveness is not None and self.connected(o.id, nid):
+                    o.liveness.broken(nid)
         h.round_open = False  # the round in flight is lost: its Readies were never synced
         self._out.pop(nid, None)  # coalesced beats not flushed yet die with the process
         for gid, sn in h.replicas.items():
@@ -368,7 +415,7 @@ class SimCluster:
         if isinstance(m, AppendEntries) and m.entries:
             grp = self.gs[m.group_id] if self.multi else self.gs[0]
             grp.check.check_entries(f"append {m.src}->{m.dst}", m.entries, m.prev_term)
-        if self.multi and self.p.coalesce and m.type in _BEAT_KINDS:
+        if self.coalesced and m.type in _BEAT_KINDS:
             # held for this node's flush, which runs after the events of this instant
             # (as the host's flush runs after the groups woken in one loop iteration)
             out = self._out.setdefault(m.src, [])
@@ -418,8 +465,11 @@ class SimCluster:
         out = self._out.pop(nid, None)
         if not out or not self.hosts[nid].up:
             return
-        coalesced, other = coalesce(out, nid)
+        h = self.hosts[nid]
+        coalesced, other = coalesce(out, nid, h.nonce)
         assert not other, "only beats are held for the flush"
+        if self.quiesce:
+            h.beaten.update(m.dst for m in coalesced)
         self.beats_sent += len(coalesced)
         self.beat_rows_sent += len(out)
         for m in coalesced:
@@ -431,6 +481,10 @@ class SimCluster:
         rows = unpack_rows(int(m.type), pack_rows(m), m.dst)
         m = replace(m, rows=rows)  # type: ignore[arg-type]
         self.trace.append(f"t={self.now} {m.src}->{m.dst} {type(m).__name__} rows={len(rows)}")
+        lv = self.hosts[m.dst].liveness
+        if lv is not None and lv.heard(m.src, m.node_nonce):
+            self.log(f"{m.dst} sees {m.src} restarted (new nonce)")
+            self._liveness_wake(self.hosts[m.dst], {m.src}, {m.src})
         touched: dict[int, SimNode] = {}
         for hb in expand(m):
             sn = self._replica(hb.dst, hb.group_id)
@@ -465,9 +519,53 @@ class SimCluster:
             )
 
     def _after(self, sn: SimNode) -> None:
-        if sn.node is not None:
+        node = sn.node
+        if node is not None:
+            if node.quiesced and node.role is Role.LEADER:
+                # the host's _on_quiesce_change: a leader quiescing while peers are
+                # down may have no live quorum; then it must run CheckQuorum
+                lv = self.hosts[sn.id].liveness
+                if lv is not None and lv.down:
+                    for _, _c in liveness_wakes(sn.id, [(sn, node)], lv.down, set()):
+                        self.log(f"g{sn.gid} {sn.id} quiesced leader without a live quorum: wake")
+                        self.liveness_wakes += 1
+                        node.wake()
             self._pump(sn)
             self.gs[sn.gid].check.check_node(sn.id, sn.node)
+
+    # ----------------------------------------------------------- liveness
+    def _liveness_tick(self, h: SimHost) -> None:
+        """The host's _node_beats: node beats every node_beat_ticks to the peers no
+        Beats went to, then the liveness clock; newly down peers wake groups."""
+        lv = h.liveness
+        assert lv is not None
+        if (lv.now + 1) % self.p.node_beat_ticks == 0:
+            for p in sorted(h.peers - h.beaten):
+                self._transmit(
+                    Beats(
+                        src=h.id,
+                        dst=p,
+                        term=0,
+                        group_id=HOST_GROUP_ID,
+                        rows=[],
+                        node_nonce=h.nonce,
+                    )
+                )
+            h.beaten = set()
+        down = lv.tick(lambda p: self.hosts[p].up and self.connected(h.id, p))
+        if down:
+            self.peers_declared_down += len(down)
+            self.log(f"{h.id} declares {down} down")
+            self._liveness_wake(h, set(down), set())
+
+    def _liveness_wake(self, h: SimHost, gone: set[int], restarted: set[int]) -> None:
+        assert h.liveness is not None
+        quiet = [(sn, sn.node) for sn in h.replicas.values() if sn.node is not None]
+        for sn, campaign in liveness_wakes(h.id, quiet, h.liveness.down, gone, restarted):
+            self.liveness_wakes += 1
+            self.log(f"g{sn.gid} {h.id} liveness wake (campaign={campaign})")
+            sn.node.wake(campaign)  # type: ignore[union-attr]
+            self._after(sn)
 
     # --------------------------------------------------------------- driver
     def run_until(self, end: int, stop: Callable[[], bool] | None = None) -> bool:
@@ -506,6 +604,8 @@ class SimCluster:
             h = self.hosts[nid]
             if h.gen != gen or not h.up:
                 return
+            if h.liveness is not None:
+                self._liveness_tick(h)
             # every replica of the node ticks at the same instant (one host tick loop)
             for sn in h.replicas.values():
                 node = sn.node

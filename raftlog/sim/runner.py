@@ -14,6 +14,14 @@ propose action, so a 64-group run carries traffic in many groups), and liveness
 apply it on all its members within `LIVENESS_TICKS` ticks of the heal; the
 multi-group check runs once per tick (with one group after every event, as
 before, which keeps one-group seeds' traces unchanged).
+
+With quiescence (`quiesce_ticks` > 0) an idle phase comes first: after the heal,
+`IDLE_TICKS` ticks without client requests, in which groups elect, catch up and
+quiesce on their own; then no group may stay quiesced while one of its live
+members lacks its leader's log or its admission (a replacement) (checked twice, 3T ticks apart: a quiesced group
+changes only when something wakes it, so a lag seen at both is one nothing
+will repair until the next write). Then the markers, as above: every group,
+quiesced or not, must elect and commit again.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from raftlog.sim.group import SimGroup
 
 DEFAULT_STEPS = 200
 LIVENESS_TICKS = 400
+IDLE_TICKS = 150
 
 
 class SimFailure(AssertionError):
@@ -56,6 +65,11 @@ class SimResult:
     """Node disk rounds (one fsync each, covering every group's pending Ready)."""
     losses: int = 0
     """Storage losses injected (SimCluster.lose_storage calls that damaged a node)."""
+    quiesced_after_idle: int = 0
+    """With quiescence: groups whose leader was quiesced at the end of the idle phase."""
+    liveness_wakes: int = 0
+    """With quiescence: quiesced replicas woken by node liveness."""
+    peers_declared_down: int = 0
 
 
 def params_for(seed: int, groups: int = 1) -> SimParams:
@@ -169,6 +183,9 @@ def run_seed(
                 c.restart(h.id)
         params.drop = params.dup = params.spike = params.misroute = 0.0
         params.max_delay = min(params.max_delay, 6)
+        quiesced = 0
+        if params.quiesce_ticks:
+            quiesced = _idle_phase(c)
         start = c.now
         markers = [Marker(c, g) for g in c.gs]
         if c.multi:
@@ -202,12 +219,70 @@ def run_seed(
             beat_rows_sent=c.beat_rows_sent,
             disk_rounds=c.disk_rounds,
             losses=c.losses,
+            quiesced_after_idle=quiesced,
+            liveness_wakes=c.liveness_wakes,
+            peers_declared_down=c.peers_declared_down,
         )
     except SimFailure as e:
         raise SimFailure(_report(seed, steps, c, str(e))) from None
     except Exception as e:
         tb = traceback.format_exc(limit=6)
         raise SimFailure(_report(seed, steps, c, f"{type(e).__name__}: {e}\n{tb}")) from e
+
+
+def _holds(node: object, index: int, term: int) -> bool:
+    log = node.log  # type: ignore[attr-defined]
+    if log.last_index() < index:
+        return False
+    try:
+        return log.term_at(index) == term
+    except Exception:  # compacted past it: it was committed and applied here
+        return True
+
+
+def _quiesced_lagging(c: SimCluster) -> set[tuple[int, int, int, int]]:
+    """(group, leader, member, term) for each quiesced leader with a live member
+    whose log lacks the leader's last entry, or that is a replacement not yet
+    admitted (it may not vote until the leader heartbeats it)."""
+    out = set()
+    for g in c.gs:
+        ld = g.leader()
+        if ld is None or ld.node is None or not ld.node.quiesced:
+            continue
+        node = ld.node
+        last = node.log.last_index()
+        term = node.log.term_at(last)
+        for m in node.membership.members():
+            sn = g.nodes.get(m)
+            if (
+                m != ld.id
+                and sn is not None
+                and sn.node is not None
+                and (not _holds(sn.node, last, term) or sn.node.is_replacement())
+            ):
+                out.add((g.gid, ld.id, m, node.term))
+    return out
+
+
+def _idle_phase(c: SimCluster) -> int:
+    """No requests for IDLE_TICKS: then no group may be quiesced while a live member
+    lacks its log (the same lag seen twice, 3T ticks apart). Returns how many
+    groups' leaders were quiesced at the end."""
+    c.log("IDLE: no requests")
+    c.run_until(c.now + IDLE_TICKS * TICK)
+    first = _quiesced_lagging(c)
+    c.run_until(c.now + 3 * c.p.election_tick * TICK)
+    stuck = first & _quiesced_lagging(c)
+    if stuck:
+        raise SimFailure(
+            "quiesced while a member lacks the log: (group, leader, member, term) "
+            f"{sorted(stuck)[:10]}\n{c.state()}"
+        )
+    return sum(
+        1
+        for g in c.gs
+        if (ld := g.leader()) is not None and ld.node is not None and ld.node.quiesced
+    )
 
 
 class Marker:
@@ -264,16 +339,18 @@ def _every_tick(c: SimCluster, markers: list[Marker]) -> Callable[[], bool]:
     return stop
 
 
-def replay_command(seed: int, steps: int, groups: int = 1) -> str:
+def replay_command(seed: int, steps: int, groups: int = 1, quiesce_ticks: int = 0) -> str:
     g = f" --groups {groups}" if groups > 1 else ""
-    return f"python -m raftlog.sim --seed {seed} --steps {steps}{g} --verbose"
+    q = f" --quiesce-ticks {quiesce_ticks}" if quiesce_ticks else ""
+    return f"python -m raftlog.sim --seed {seed} --steps {steps}{g}{q} --verbose"
 
 
 def _report(seed: int, steps: int, c: SimCluster | None, why: str) -> str:
     tail = "\n".join(c.trace) if c is not None else ""
     groups = c.p.groups if c is not None else 1
+    quiesce = c.p.quiesce_ticks if c is not None else 0
     return (
         f"simulation failed for seed={seed}: {why}\n"
-        f"replay: {replay_command(seed, steps, groups)}\n"
+        f"replay: {replay_command(seed, steps, groups, quiesce)}\n"
         f"trace tail:\n{tail}"
     )

@@ -402,6 +402,12 @@ class GrpcTransport:
                 continue
             sender.enqueue(m)
 
+    def peer_connected(self, peer: int) -> bool:
+        """Whether the send stream to peer is up (its newest write went through;
+        False from a failed write or connect until a write succeeds again)."""
+        sender = self._senders.get(peer)
+        return sender is not None and sender.connected
+
     def _report_unreachable(self, peer: int) -> None:
         if self.on_unreachable is not None:
             self.on_unreachable(peer)

@@ -1,7 +1,13 @@
 """Quiescence with real processes (docs/raft-runtime.md, "Quiescence"): 3 host processes
 with 200 idle groups each quiesce (group beat rows per second fall to about zero while the
 node beats continue); then kill -9 of the process leading the most groups: every group it
-led elects a new leader among the survivors (node liveness wakes the quiesced followers)."""
+led elects a new leader among the survivors (node liveness wakes the quiesced followers).
+
+The failover is timed from the kill to the status poll that first shows every one of
+the victim's groups led at a newer term (polls take up to a few hundred ms on a loaded
+box, so the figure is an upper bound; issue 16's target is 2 s). The survivors must
+have declared the victim down on the transport's evidence (its streams broke and
+stayed down), not on the silence limit (3 s): that is what keeps failover fast."""
 
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ def _leaders(sts: dict[int, dict]) -> dict[int, tuple[int, int]]:
     return {g: v[0] for g, v in seen.items() if len(v) == 1}
 
 
-async def _wait(cond, timeout: float, what: str):
+async def _wait(cond, timeout: float, what: str, poll: float = 0.2):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -36,7 +42,7 @@ async def _wait(cond, timeout: float, what: str):
         if got:
             return got
         assert loop.time() < deadline, f"{what} not within {timeout} s"
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(poll)
 
 
 def test_idle_groups_quiesce_and_failover_after_kill(tmp_path):
@@ -91,15 +97,25 @@ def test_idle_groups_quiesce_and_failover_after_kill(tmp_path):
                     return now
                 return None
 
-            new = await _wait(all_reelected, 60, f"new leaders for the {len(led)} groups")
+            new = await _wait(
+                all_reelected, 60, f"new leaders for the {len(led)} groups", poll=0.05
+            )
             failover_s = time.monotonic() - t_kill
             assert victim not in {node for node, _ in new.values()}
             sts = await c.statuses()
             down = {i: st["peers_down"] for i, st in sts.items()}
             assert all(victim in d for d in down.values()), down
+            # the evidence was the broken streams, not 3 s of silence
+            # (counted since the kill: a peer not yet listening at start-up counts too)
+            broken = {
+                i: st["peers_seen_broken"] - sts1[i]["peers_seen_broken"] for i, st in sts.items()
+            }
+            assert all(b >= 1 for b in broken.values()), broken
             print(
                 f"victim={victim} led {len(led)} of {GROUPS} groups; every one re-elected in "
-                f"{failover_s:.2f} s (detection by node liveness, then a PreVote election)"
+                f"{failover_s:.2f} s (target 2 s; detection by the broken streams, then "
+                f"PreVote elections at most {8} per tick per survivor); "
+                f"liveness wakes {[st['liveness_wakes'] for st in sts.values()]}"
             )
         finally:
             c.stop_all()

@@ -39,7 +39,13 @@ class Cluster:
                 i,
                 self.net.transport(i, groups=()),
                 data_dir=os.path.join(self.base, f"n{i}"),
-                options=HostOptions(tick_ms=OPTS.tick_ms, quiesce=self.quiesce),
+                options=HostOptions(
+                    tick_ms=OPTS.tick_ms,
+                    quiesce=self.quiesce,
+                    # the silence limit at its floor, T (a cut-off host, below, is seen by
+                    # silence only: LocalNetwork reports no broken stream)
+                    liveness_silence_ms=OPTS.tick_ms * T,
+                ),
             )
             await host.start()
             self.hosts[i] = host
@@ -84,12 +90,16 @@ def test_idle_groups_quiesce_then_only_node_beats_flow(tmp_path):
             node_beats = h.stats.node_beats_sent
             rows = {i: c.hosts[i].stats.beat_rows_sent for i in IDS}
             ticked_before = {i: c.hosts[i].stats.ticks for i in IDS}
+            # (a host opening its groups slowly on a loaded box may have looked down to
+            # the others at start-up: count only the idle window)
+            down_before = {i: c.hosts[i].stats.peers_declared_down for i in IDS}
             await _ticks(h, 3 * T)
             # no group beat for three election timeouts, no election
             assert {i: c.hosts[i].stats.beat_rows_sent for i in IDS} == rows
-            assert h.stats.node_beats_sent >= node_beats + 2 * (3 * T - 2)  # ~one per peer per tick
+            # one per peer every node_beat_ticks (2) ticks
+            assert h.stats.node_beats_sent >= node_beats + 2 * (3 * T // 2 - 2)
             assert c.all_quiesced()
-            assert all(c.hosts[i].stats.peers_declared_down == 0 for i in IDS)
+            assert {i: c.hosts[i].stats.peers_declared_down for i in IDS} == down_before
             assert all(c.hosts[i].stats.ticks > ticked_before[i] for i in IDS)
             terms = {g: c.leader(g).term for g in GROUPS}
             assert all(t >= 1 for t in terms.values())
@@ -218,8 +228,11 @@ def test_a_peer_restart_seen_by_its_nonce_wakes_the_groups_it_leads(tmp_path):
                 ]
             )
             assert h.stats.peer_restarts_seen == 1
-            assert h.stats.liveness_wakes == wakes + len(led)
-            assert {g for g in GROUPS if not h.groups[g].quiesced} == led
+            # its followers here campaign, and the leaders here of which it is a member
+            # heartbeat again (the restarted replica may have lost its storage)
+            woken = led | {g for g, lead in leaders.items() if lead.id == other}
+            assert h.stats.liveness_wakes == wakes + len(woken)
+            assert {g for g in GROUPS if not h.groups[g].quiesced} == woken
             # the real leader is alive: the group settles and quiesces again
             await wait_until(c.all_quiesced, what="quiesced again")
         finally:
