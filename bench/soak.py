@@ -13,7 +13,10 @@ disk and latency must stay flat.
    the produce latency (produce() to delivery report) p99 of the interval.
 4. Prints one line per sample and, last, one JSON line: rss_max_mb,
    rss_growth_mb_per_hour and disk_growth_mb_per_hour (least-squares slope over the
-   last 2/3 of the samples, the worst node), disk_max_mb, retained_mb (the data a
+   last 2/3 of the samples, the worst node), disk_floor_growth_mb_per_hour (the same
+   slope over the samples just after a cut: the directory is a sawtooth of whole segments,
+   and a slope over part of a tooth is not growth), disk_parts_growth_mb_per_hour_node1
+   (segments / LMDB index / snapshots), disk_max_mb, retained_mb (the data a
    retention window holds at the offered load), fds_max, p99_ms_max_interval,
    p99_ms_median_interval, and the targets (issue 14): RSS <= 300 MB per node, growth
    <= 20 MB/hour, disk growth <= 5% of the retained volume per hour, worst interval
@@ -36,7 +39,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import machine, percentile, print_targets
+from common import loadavg, machine, percentile, print_targets
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -65,6 +68,30 @@ def dir_mb(path: str) -> float:
             with contextlib.suppress(FileNotFoundError):  # compacted away meanwhile
                 total += os.lstat(os.path.join(root, name)).st_blocks * 512
     return total / MB
+
+
+def parts_mb(path: str) -> dict[str, float]:
+    """The data directory by part, to see what grows: Raft log segments, the LMDB
+    index, snapshots, anything else."""
+    out = {"segments": 0.0, "index": 0.0, "snapshots": 0.0, "other": 0.0}
+    for root, _dirs, files in os.walk(path):
+        rel = os.path.relpath(root, path).split(os.sep)
+        part = next((p for p in ("segments", "index", "snapshots") if p in rel), "other")
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                out[part] += os.lstat(os.path.join(root, name)).st_blocks * 512 / MB
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def floor_series(ts: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+    """The samples taken just after a drop (a cut of the log): the sawtooth's floor.
+
+    The data directory grows with the produce rate and drops by whole segments when a
+    snapshot lets the log be cut. A least-squares slope over a window that is not a
+    whole number of teeth reads part of a tooth as growth (tens of MB/h for teeth of
+    ~30 MB over 10-20 minutes); the slope of the floors measures what stays behind."""
+    pts = [(ts[i], ys[i]) for i in range(1, len(ys)) if ys[i] < ys[i - 1]]
+    return [t for t, _ in pts], [y for _, y in pts]
 
 
 def slope_per_hour(ts: list[float], ys: list[float]) -> float:
@@ -183,6 +210,7 @@ def main() -> int:
     ap.add_argument("--dir", default=None, help="base directory (default: a temporary one)")
     args = ap.parse_args()
     print(machine(), flush=True)
+    load_start = loadavg()
     base = args.dir or tempfile.mkdtemp(prefix="topic-config-soak-")
     cluster = SinkProcessCluster(
         base,
@@ -230,8 +258,10 @@ def main() -> int:
                 "rss_mb": {i: round(rss_mb(p), 1) for i, p in pids.items()},
                 "fds": {i: open_files(p) for i, p in pids.items()},
                 "disk_mb": {i: round(dir_mb(n.data_dir), 1) for i, n in cluster.nodes.items()},
+                "disk_parts_mb": parts_mb(cluster.nodes[1].data_dir),
                 "p99_ms": round(percentile(lat, 0.99), 2) if lat else None,
                 "acked": len(lat),
+                "load": loadavg(),
             }
             samples.append(s)
             print(json.dumps(s), flush=True)
@@ -248,6 +278,13 @@ def main() -> int:
     nodes = list(samples[0]["rss_mb"])
     rss_growth = max(slope_per_hour(ts, [s["rss_mb"][i] for s in tail]) for i in nodes)
     disk_growth = max(slope_per_hour(ts, [s["disk_mb"][i] for s in tail]) for i in nodes)
+    floor_growth = max(
+        slope_per_hour(*floor_series(ts, [s["disk_mb"][i] for s in tail])) for i in nodes
+    )
+    part_growth = {
+        part: round(slope_per_hour(ts, [s["disk_parts_mb"][part] for s in tail]), 1)
+        for part in tail[0]["disk_parts_mb"]
+    }
     p99s = [s["p99_ms"] for s in samples if s["p99_ms"] is not None]
     # What one retention window holds at the rate achieved (per node: every node has it all).
     retained_mb = achieved * args.size * args.retention_minutes * 60 / MB
@@ -264,15 +301,28 @@ def main() -> int:
         "rss_growth_mb_per_hour": round(rss_growth, 1),
         "disk_max_mb": max(max(s["disk_mb"].values()) for s in samples),
         "disk_growth_mb_per_hour": round(disk_growth, 1),
+        "disk_floor_growth_mb_per_hour": round(floor_growth, 1),
+        "disk_parts_growth_mb_per_hour_node1": part_growth,
         "retained_mb": round(retained_mb, 1),
         "fds_max": max(max(s["fds"].values()) for s in samples),
         "p99_ms_max_interval": max(p99s) if p99s else None,
         "p99_ms_median_interval": statistics.median(p99s) if p99s else None,
+        "loadavg_start": load_start,
+        "loadavg_end": loadavg(),
     }
+    # A soak at a rate the cluster cannot keep up with measures a queue, not the server:
+    # the producer falls behind, latency grows with the backlog and, past librdkafka's
+    # message timeout (300 s), deliveries fail. Seen on the shared machine when its load
+    # rose after the probe (load average 15 -> 60): such a run does not count.
+    out["achieved_ratio"] = round(achieved / rate, 3) if rate else 0.0
     targets = {
+        "run valid: achieved >= 90% of the offered rate": out["achieved_ratio"] >= 0.9,
         "rss <= 300 MB per node": out["rss_max_mb"] <= 300,
         "rss growth <= 20 MB/hour": out["rss_growth_mb_per_hour"] <= 20,
         "disk growth <= 5% of retained volume per hour": out["disk_growth_mb_per_hour"]
+        <= 0.05 * max(retained_mb, 1.0),
+        # Informational: the same 5% on the floors (see floor_series).
+        "disk floor growth <= 5% of retained volume per hour": out["disk_floor_growth_mb_per_hour"]
         <= 0.05 * max(retained_mb, 1.0),
         "worst interval p99 <= 3x median": bool(p99s)
         and out["p99_ms_max_interval"] <= 3 * out["p99_ms_median_interval"],

@@ -347,7 +347,9 @@ class DiskQueue:
                 if kind == _TRUNCATE_SUFFIX:
                     store.truncate_suffix(op.arg)
                 elif kind == _TRUNCATE_PREFIX:
-                    store.truncate_prefix(op.arg)
+                    # The file and index-row deletes go to the releaser thread: the
+                    # appends behind this op must not wait for them (soak: 250-300 ms).
+                    store.truncate_prefix(op.arg, release_later=True)
                 elif kind == _RESET:
                     store.reset(*op.arg)
                 elif kind == _HARD_STATE:

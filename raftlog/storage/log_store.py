@@ -20,7 +20,8 @@ Recovery is in log_recovery.py, truncations and reset in log_truncate.py
 - truncate_suffix: a durable intent in LMDB first, then the files are cut,
   then the intent is durably cleared. A crash in between redoes the cut.
 - truncate_prefix: the new first index is durable before files are deleted;
-  leftover files below it are deleted on the next open.
+  leftover files below it are deleted on the next open (the disk queue has the
+  deletes done on a releaser thread, log_truncate.py).
 """
 
 from __future__ import annotations
@@ -180,6 +181,7 @@ class LogStore(RecoveryMixin, TruncateMixin):
         with self._write_lock:
             if self._closed:
                 return
+            self.wait_released()  # the releaser uses the index: it goes first
             try:
                 # After a failed write or fsync nothing unsynced may be synced now and
                 # then indexed as if durable: a retried fsync can "succeed" after the

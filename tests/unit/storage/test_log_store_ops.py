@@ -181,6 +181,66 @@ def test_prefix_truncation_then_restart(store):
     store.close()
 
 
+def test_prefix_truncation_released_later(store, monkeypatch):
+    """release_later (the disk queue's cut): the call returns once the new first index
+    is durable; the file deletes wait on the releaser thread without holding up the
+    writer (appends and syncs go on meanwhile), then the files and the index rows below
+    the first index are gone; close waits for a release still running."""
+    import threading
+
+    for b in range(8):
+        store.append(entries(b * 9 + 1, 9, term=1 + b // 3))
+    store.sync()
+    store._checkpoint()  # index rows for every entry, so their deletion shows
+    before = seg_files(store)
+    gate, entered = threading.Event(), threading.Event()
+    real_delete = store._delete_file
+
+    def held_delete(first, sync_dir=True):
+        entered.set()
+        assert gate.wait(30), "test gate never opened"
+        real_delete(first, sync_dir)
+
+    monkeypatch.setattr(store, "_delete_file", held_delete)
+    store.truncate_prefix(40, release_later=True)
+    assert entered.wait(30), "the releaser never started"
+    assert store.first_index() == 41 and store.term_at(39) is None
+    # The releaser is blocked inside its first delete: the writer is not.
+    store.append(entries(73, 3, term=3))
+    store.sync()
+    assert store.last_index() == 75
+    assert set(before) <= set(seg_files(store))  # nothing deleted yet
+    gate.set()
+    store.wait_released()
+    gone = set(before) - set(seg_files(store))
+    assert gone and all(int(f.split(".")[0]) < 41 for f in gone)
+    assert store._index.location(40) is None and store._index.location(41) is not None
+    assert [e.index for e in store.read(41, 100, 10**9)] == list(range(41, 76))
+    # A second release, then close without waiting: close waits for it.
+    store.truncate_prefix(60, release_later=True)
+    store = reopen(store)
+    assert (store.first_index(), store.last_index()) == (61, 75)
+    assert [e.index for e in store.read(61, 100, 10**9)] == list(range(61, 76))
+    store.close()
+
+
+def test_released_files_left_by_a_crash_go_at_open(store, monkeypatch):
+    """A crash before the releaser ran leaves the cut files: the next open deletes them
+    and the log starts at the durable first index."""
+    for b in range(8):
+        store.append(entries(b * 9 + 1, 9, term=1 + b // 3))
+    before = seg_files(store)
+    monkeypatch.setattr(store, "_release_below", lambda firsts: None)  # "crashed" first
+    store.truncate_prefix(40, release_later=True)
+    store.wait_released()
+    assert seg_files(store) == before  # nothing deleted yet
+    store = reopen(store)
+    assert store.first_index() == 41
+    assert len(seg_files(store)) < len(before)
+    assert [e.index for e in store.read(41, 100, 10**9)] == list(range(41, 73))
+    store.close()
+
+
 def test_reset_for_snapshot_install(store):
     store.append(entries(1, 30))
     store.reset(501, SnapshotMeta(500, 9, b"membership"))
