@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from raftlog.runtime import RaftNode
+from raftlog.runtime import HostOptions, RaftGroup, RaftHost, RaftNode
 from raftlog.runtime import group as group_module
 from raftlog.runtime.errors import LeaderChangedError, NotLeaderError
 from raftlog.runtime.snapshots import discard_marker_path
@@ -189,7 +189,7 @@ def test_a_damaged_snapshot_the_log_can_do_without_is_set_aside(tmp_path):
             f.seek(-3, os.SEEK_END)
             f.write(b"XYZ")
         node = make(RecordingFSM())
-        with pytest.raises(CorruptLogError, match="compacted to entry.*single-node"):
+        with pytest.raises(CorruptLogError, match=r"compacted to entry.*single-node"):
             await node.start()
         # nothing discarded: no marker, the log and the snapshots where they were
         assert not os.path.exists(discard_marker_path(d, 0))
@@ -390,3 +390,106 @@ def test_a_damaged_base_snapshot_still_stops_a_node_without_identity(tmp_path):
         await c.stop()
 
     asyncio.run(main())
+
+
+def test_a_host_group_with_a_damaged_base_snapshot_discards_only_its_own_storage(tmp_path):
+    """A RaftHost group (groups/<id>/ in a shared data directory, its keys in the shared
+    index): the damaged base snapshot sets aside that group's directory and forgets its
+    index keys; the host's other group keeps its storage and incarnation."""
+
+    async def main():
+        net = LocalNetwork()
+        peers = {i: f"local:{i}" for i in (1, 2, 3)}
+        hosts: dict[int, RaftHost] = {}
+        fsms: dict[tuple[int, int], RecordingFSM] = {}
+
+        async def add(i: int, g: int) -> RaftGroup:
+            fsms[i, g] = RecordingFSM()
+            return await hosts[i].add_group(g, peers, fsms[i, g], COMPACTING, seed=i * 10 + g)
+
+        for i in peers:
+            hosts[i] = RaftHost(
+                i,
+                net.transport(i, groups=()),
+                data_dir=os.path.join(str(tmp_path), f"n{i}"),
+                options=HostOptions(tick_ms=COMPACTING.tick_ms, storage=COMPACTING.storage),
+            )
+            await hosts[i].start()
+            for g in (1, 2):
+                await add(i, g)
+
+        def leader(g: int) -> RaftGroup | None:
+            leads = [
+                h.groups[g] for h in hosts.values() if g in h.groups and h.groups[g].is_leader()
+            ]
+            return leads[0] if len(leads) == 1 else None
+
+        async def apply(g: int, data: bytes) -> RaftGroup:
+            deadline = asyncio.get_running_loop().time() + 30
+            while True:
+                await wait_until(lambda: leader(g) is not None, what=f"a leader of group {g}")
+                lead = leader(g)
+                try:
+                    await lead.apply(data)
+                    return lead
+                except (NotLeaderError, LeaderChangedError):
+                    assert asyncio.get_running_loop().time() < deadline, "no stable leader"
+
+        for i in range(0, 240, 30):
+            await asyncio.gather(*(apply(1, b"v%04d" % k) for k in range(i, i + 30)))
+        await apply(2, b"other")
+
+        def admitted(grp: RaftGroup) -> bool:
+            st = grp.status()["identity"]
+            return st["may_vote"] and st["recorded"] == st["incarnation"]
+
+        await wait_until(
+            lambda: all(admitted(h.groups[g]) for h in hosts.values() for g in (1, 2)),
+            what="every replica admitted",
+        )
+        victim = next(i for i in peers if i != leader(1).id)
+        grp = hosts[victim].groups[1]
+        await wait_until(
+            lambda: (
+                grp.queue.first_index() > 1
+                and grp.snapshots.meta_at(grp.queue.first_index() - 1) is not None
+            ),
+            what="the follower's log compacted to a base snapshot",
+        )
+        old = {g: hosts[victim].groups[g].status()["identity"]["incarnation"] for g in (1, 2)}
+        host = hosts[victim]
+        await host.remove_group(1)  # stopped, storage kept
+        log = host.env.open_log(1)
+        base = log.first_index() - 1
+        log.close()
+        group_dir = host.env.group_directory(1)
+        snap_dir = os.path.join(group_dir, "snapshots")
+        (name,) = [n for n in os.listdir(snap_dir) if n.startswith(f"snapshot-{base:020d}-")]
+        _damage_file(os.path.join(snap_dir, name))
+
+        grp = await add(victim, 1)
+        st = grp.status()["identity"]
+        assert st["incarnation"] != old[1] and not st["may_vote"]
+        assert grp.queue.last_index() == 0 and grp.applied == 0
+        groups_root = os.path.dirname(group_dir)
+        (aside,) = [n for n in os.listdir(groups_root) if n.startswith("1.damaged-")]
+        assert name + ".damaged" in os.listdir(os.path.join(groups_root, aside, "snapshots"))
+        assert host.group_ids_on_disk() == [1, 2]  # the set-aside copy is never reopened
+        assert host.groups[2].status()["identity"]["incarnation"] == old[2]
+        assert not os.path.exists(discard_marker_path(host.data_dir, 1))
+
+        lead = await apply(1, b"after")
+        await wait_until(
+            lambda: (
+                admitted(grp)
+                and grp.applied == lead.applied
+                and any(d == b"after" for _, d in fsms[victim, 1].applied)
+            ),
+            what="the discarded replica caught up and re-admitted",
+        )
+        assert grp.stats.snapshots_installed >= 1
+        assert fsms[victim, 1].applied == fsms[lead.id, 1].applied
+        for h in hosts.values():
+            await h.stop()
+
+    asyncio.run(asyncio.wait_for(main(), timeout=120))
