@@ -193,19 +193,19 @@ class RaftGroup(GroupClientMixin):
         host = self.host
         storage = self._storage_options()
         tolerate = opts.storage.on_corruption == "repair"
-        # the directory of this group's IDENTITY file, which also holds its discard marker
-        ident_dir = (self.data_dir if self._log_dir is not None else host.data_dir) or "."
+        # the discard marker lives beside the IDENTITY file (outside what it discards)
+        marker_dir = (self.data_dir if self._log_dir is not None else host.data_dir) or "."
         discarded = ""
-        pending = await asyncio.to_thread(read_discard_marker, ident_dir, self.group_id)
+        pending = await asyncio.to_thread(read_discard_marker, marker_dir, self.group_id)
         if pending is not None:  # a discard a crash interrupted: finish it first
-            discarded = await asyncio.to_thread(self._discard_storage, ident_dir, pending, None)
+            discarded = await asyncio.to_thread(self._discard_storage, marker_dir, pending, None)
         store, snap_dir = await asyncio.to_thread(self._open_storage, storage)
         self.snapshots = SnapshotStore(snap_dir, tolerate_damage=tolerate)
         if self.snapshots.damaged:
             base_lost = await asyncio.to_thread(self._set_aside_damaged_snapshots, store)
             if base_lost:
                 discarded = await asyncio.to_thread(
-                    self._discard_storage, ident_dir, base_lost, store
+                    self._discard_storage, marker_dir, base_lost, store
                 )
                 store, snap_dir = await asyncio.to_thread(self._open_storage, storage)
                 self.snapshots = SnapshotStore(snap_dir, tolerate_damage=tolerate)
@@ -247,7 +247,7 @@ class RaftGroup(GroupClientMixin):
             )
         if discarded:
             # the new incarnation is durable (resolve, given damage): the discard is done
-            await asyncio.to_thread(clear_discard_marker, ident_dir, self.group_id)
+            await asyncio.to_thread(clear_discard_marker, marker_dir, self.group_id)
             log.warning(
                 "raft.storage_discarded node=%d group=%d incarnation=%d: %s. This node is a "
                 "replacement now: it neither votes nor counts toward a quorum until the "
@@ -361,7 +361,7 @@ class RaftGroup(GroupClientMixin):
         )
         return ""
 
-    def _discard_storage(self, ident_dir: str, reason: str, store: LogStore | None) -> str:
+    def _discard_storage(self, marker_dir: str, reason: str, store: LogStore | None) -> str:
         """Treat ALL of this group's storage as lost (a wiped disk for this group only):
         the base snapshot is damaged and nothing here can rebuild that state. The
         files are set aside, not deleted (<dir>.damaged-<unix time>, for the operator);
@@ -392,13 +392,13 @@ class RaftGroup(GroupClientMixin):
         if self.repair_refused or self.options.storage.on_corruption != "repair":
             why = self.repair_refused or "storage.on_corruption is not 'repair'"
             raise CorruptLogError(
-                discard_marker_path(ident_dir, gid),
+                discard_marker_path(marker_dir, gid),
                 0,
                 f"this group's storage must be discarded ({reason}) but cannot be "
                 f"repaired: {why}. Restore the data directory from a backup, or move it "
                 "aside and start the node empty with node identity on",
             )
-        write_discard_marker(ident_dir, gid, reason)  # 1
+        write_discard_marker(marker_dir, gid, reason)  # 1
         if store is not None:
             self.snapshots.set_aside_damaged()
             store.close()
