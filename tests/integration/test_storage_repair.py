@@ -326,8 +326,8 @@ def test_a_damaged_base_snapshot_is_discarded_and_rebuilt_from_the_peers(tmp_pat
             f.write(b"XYZ")
         print(f"damaged base snapshot {name} of node {victim} (log compacted to {base})")
         acked = len(load.acked)
+        restarted = time.monotonic()
         c.start(victim)
-        load.wait_acked(acked + 500, 90)  # the others go on meanwhile
         _wait(
             lambda: (
                 victim not in c.exited()
@@ -336,6 +336,8 @@ def test_a_damaged_base_snapshot_is_discarded_and_rebuilt_from_the_peers(tmp_pat
             120,
             f"node {victim} rebuilt and a voter again",
         )
+        print(f"node {victim} a voter again {time.monotonic() - restarted:.1f} s after its start")
+        load.wait_acked(acked + 500, 90)  # the load went on throughout
         assert victim not in c.exited(), c.describe_exit(victim, c.exited()[victim])
         tail = c.log_tail(victim, 200_000)
         assert "raft.storage_discarded" in tail, tail[-3000:]
