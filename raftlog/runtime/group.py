@@ -46,7 +46,14 @@ from raftlog.runtime.errors import (
 from raftlog.runtime.group_api import GroupClientMixin, Waiter
 from raftlog.runtime.log_adapter import QueueLogReader
 from raftlog.runtime.options import NodeOptions
-from raftlog.runtime.snapshots import SnapshotStore
+from raftlog.runtime.snapshots import (
+    SnapshotStore,
+    clear_discard_marker,
+    discard_marker_path,
+    read_discard_marker,
+    set_aside_directory,
+    write_discard_marker,
+)
 from raftlog.runtime.state_machine import ApplyResult, StateMachine
 from raftlog.storage import CorruptLogError, DiskQueue, LogRangeError, LogStore, StorageOptions
 from raftlog.storage.identity import GroupIdentity, resolve
@@ -185,18 +192,24 @@ class RaftGroup(GroupClientMixin):
         opts = self.options
         host = self.host
         storage = self._storage_options()
-        if self._log_dir is not None:
-            store = await asyncio.to_thread(LogStore.open, self._log_dir, storage)
-            snap_dir = self._snapshot_dir or os.path.join(self.data_dir, "snapshots")
-        else:
-            store = await asyncio.to_thread(host._open_group_log, self.group_id, storage)
-            snap_dir = os.path.join(host._group_dir(self.group_id), "snapshots")
-        self.queue = DiskQueue(store, writer=host.writer)
-        self.snapshots = SnapshotStore(
-            snap_dir, tolerate_damage=opts.storage.on_corruption == "repair"
-        )
+        tolerate = opts.storage.on_corruption == "repair"
+        # the discard marker lives beside the IDENTITY file (outside what it discards)
+        marker_dir = (self.data_dir if self._log_dir is not None else host.data_dir) or "."
+        discarded = ""
+        pending = await asyncio.to_thread(read_discard_marker, marker_dir, self.group_id)
+        if pending is not None:  # a discard a crash interrupted: finish it first
+            discarded = await asyncio.to_thread(self._discard_storage, marker_dir, pending, None)
+        store, snap_dir = await asyncio.to_thread(self._open_storage, storage)
+        self.snapshots = SnapshotStore(snap_dir, tolerate_damage=tolerate)
         if self.snapshots.damaged:
-            await asyncio.to_thread(self._set_aside_damaged_snapshots, store)
+            base_lost = await asyncio.to_thread(self._set_aside_damaged_snapshots, store)
+            if base_lost:
+                discarded = await asyncio.to_thread(
+                    self._discard_storage, marker_dir, base_lost, store
+                )
+                store, snap_dir = await asyncio.to_thread(self._open_storage, storage)
+                self.snapshots = SnapshotStore(snap_dir, tolerate_damage=tolerate)
+        self.queue = DiskQueue(store, writer=host.writer)
         damage = ""
         if store.repair is not None:
             damage = "damaged storage repaired: " + store.repair.describe()
@@ -230,7 +243,20 @@ class RaftGroup(GroupClientMixin):
             ident_dir = self.data_dir if self._log_dir is not None else host.data_dir
             ident_file = host.identity_file(ident_dir or self.data_dir, opts.cluster_id)
             self.identity = await asyncio.to_thread(
-                resolve, ident_file, self.group_id, store, damage
+                resolve, ident_file, self.group_id, store, damage or discarded
+            )
+        if discarded:
+            # the new incarnation is durable (resolve, given damage): the discard is done
+            await asyncio.to_thread(clear_discard_marker, marker_dir, self.group_id)
+            log.warning(
+                "raft.storage_discarded node=%d group=%d incarnation=%d: %s. This node is a "
+                "replacement now: it neither votes nor counts toward a quorum until the "
+                "leader has sent it a snapshot, caught it up and admitted it again; see "
+                "docs/operations.md ('A node that repairs its storage')",
+                self.id,
+                self.group_id,
+                self.identity.incarnation if self.identity else 0,
+                discarded,
             )
         if store.repair is not None:
             # the new incarnation is durable (resolve): the repair needs no marker now
@@ -289,22 +315,37 @@ class RaftGroup(GroupClientMixin):
             self.identity.reason if self.identity else "off",
         )
 
-    def _set_aside_damaged_snapshots(self, store: LogStore) -> None:
+    def _open_storage(self, storage: StorageOptions) -> tuple[LogStore, str]:
+        """Open (or create) this group's log; returns it and its snapshot directory."""
+        if self._log_dir is not None:
+            snap_dir = self._snapshot_dir or os.path.join(self.data_dir, "snapshots")
+            return LogStore.open(self._log_dir, storage), snap_dir
+        host = self.host
+        snap_dir = os.path.join(host._group_dir(self.group_id), "snapshots")
+        return host._open_group_log(self.group_id, storage), snap_dir
+
+    def _set_aside_damaged_snapshots(self, store: LogStore) -> str:
         """Damaged snapshot files this group can do without are set aside: the state
         is rebuilt from the newest intact snapshot and the log, which holds every
-        entry above the log's base (first index - 1). The base snapshot itself (what
-        the log was compacted to, and what followers are sent) cannot be rebuilt from
-        anything this node holds: then the node stops as before (CorruptLogError),
-        and the operator moves the directory aside so it rejoins as a replacement."""
+        entry above the log's base (first index - 1); returns "".
+
+        The base snapshot itself (what the log was compacted to, and what followers
+        are sent) cannot be rebuilt from anything this node holds. If the cluster can
+        vouch for the data (repair allowed), returns why: the caller discards the
+        group's whole storage (_discard_storage). Otherwise the node stops as before
+        (CorruptLogError), and the operator moves the directory aside."""
         base = store.first_index() - 1
         if base > 0 and self.snapshots.meta_at(base) is None:
             path, why = self.snapshots.damaged[0]
-            raise CorruptLogError(
-                path,
-                0,
+            what = (
                 f"{why}; the log was compacted to entry {base} and no intact snapshot "
-                "holds the state there, so nothing on this node can rebuild it",
+                "holds the state there, so nothing on this node can rebuild it"
             )
+            if self.repair_refused:
+                raise CorruptLogError(
+                    path, 0, f"{what}; it cannot be repaired: {self.repair_refused}"
+                )
+            return f"base snapshot damaged: {what}"
         whats = [f"{os.path.basename(p)} ({why})" for p, why in self.snapshots.damaged]
         moved = self.snapshots.set_aside_damaged()
         log.warning(
@@ -318,6 +359,59 @@ class RaftGroup(GroupClientMixin):
             store.first_index(),
             store.last_index(),
         )
+        return ""
+
+    def _discard_storage(self, marker_dir: str, reason: str, store: LogStore | None) -> str:
+        """Treat ALL of this group's storage as lost (a wiped disk for this group only):
+        the base snapshot is damaged and nothing here can rebuild that state. The
+        files are set aside, not deleted (<dir>.damaged-<unix time>, for the operator);
+        the group then opens blank storage and runs under a new incarnation as a
+        replacement, which the leader sends a snapshot, catches up and re-admits.
+        Returns what was done (for resolve's reason and the warning).
+
+        Order; each step is durable before the next, and a crash at any point leaves
+        a state the next start handles safely:
+          1. the discard marker (DISCARD-<group>, beside IDENTITY) is written. A crash
+             before it changed nothing: the next start finds the damage again;
+          2. the damaged snapshot files get .damaged, then the log directory and the
+             snapshot directory (a RaftHost group: its groups/<id>/ directory, then its
+             keys in the shared index) are renamed aside;
+          3. (_open) blank storage is opened, and resolve(damage=...) makes a NEW
+             incarnation and writes IDENTITY and the index stamp durably;
+          4. (_open) the marker is removed.
+        A crash between 1 and 4 leaves the marker: the next start repeats 2 (renaming
+        whatever is there, a blank log of an earlier try included; the host's key
+        deletion is idempotent) before it opens anything, and then 3. So the group
+        never runs on half-discarded storage (a log without its base snapshot, or
+        snapshots without their log), and never under its old incarnation with less
+        than it acknowledged: the old stamp went with the old index, and resolve with
+        damage never returns a known incarnation. After 4 the storage is known (stamp
+        = IDENTITY) but blank, under an incarnation the membership does not record:
+        a replacement, which neither votes nor counts until admitted."""
+        gid = self.group_id
+        if self.repair_refused or self.options.storage.on_corruption != "repair":
+            why = self.repair_refused or "storage.on_corruption is not 'repair'"
+            raise CorruptLogError(
+                discard_marker_path(marker_dir, gid),
+                0,
+                f"this group's storage must be discarded ({reason}) but cannot be "
+                f"repaired: {why}. Restore the data directory from a backup, or move it "
+                "aside and start the node empty with node identity on",
+            )
+        write_discard_marker(marker_dir, gid, reason)  # 1
+        if store is not None:
+            self.snapshots.set_aside_damaged()
+            store.close()
+        moved: list[str | None] = []  # 2
+        if self._log_dir is not None:
+            snap_dir = self._snapshot_dir or os.path.join(self.data_dir, "snapshots")
+            moved = [set_aside_directory(self._log_dir), set_aside_directory(snap_dir)]
+        else:
+            moved = [set_aside_directory(self.host._group_dir(gid))]
+            if self.host.env is not None:
+                self.host.env.delete_group(gid)
+        kept = ", ".join(m for m in moved if m) or "nothing left to move"
+        return f"{reason}; this group's storage is discarded: set aside as {kept}"
 
     def _storage_options(self) -> StorageOptions:
         """The storage options this group's log opens with: repair is possible only if

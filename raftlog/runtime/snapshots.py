@@ -24,8 +24,10 @@ A group keeps a few snapshots, not one (RaftGroup decides which, see
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import struct
+import time
 
 import crc32c
 
@@ -40,6 +42,65 @@ _MAGIC = b"RSSNAP01"
 
 DAMAGED_SUFFIX = ".damaged"
 """A damaged snapshot file set aside (kept for the operator, never read again)."""
+
+DISCARD_MARKER = "DISCARD-{group}"
+"""A group's storage is being discarded (its base snapshot was damaged): the durable
+record, in the directory of the IDENTITY file, that makes a crash anywhere in the
+discard finish it at the next start (RaftGroup._discard_storage states the order)."""
+
+
+def discard_marker_path(directory: str, group_id: int) -> str:
+    return os.path.join(directory, DISCARD_MARKER.format(group=group_id))
+
+
+def read_discard_marker(directory: str, group_id: int) -> str | None:
+    """The reason recorded by write_discard_marker, None without a marker. A marker
+    that cannot be read still means "discard" (the conservative reading)."""
+    path = discard_marker_path(directory, group_id)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return str(json.load(f)["reason"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"unreadable discard marker {path}"
+
+
+def write_discard_marker(directory: str, group_id: int, reason: str) -> None:
+    """Record durably (file and directory fsync'ed) that group_id's storage is discarded."""
+    path = discard_marker_path(directory, group_id)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"reason": reason, "at": time.time()}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(directory)
+
+
+def clear_discard_marker(directory: str, group_id: int) -> None:
+    """Durably forget the marker (only once the group's new incarnation is durable)."""
+    try:
+        os.unlink(discard_marker_path(directory, group_id))
+    except FileNotFoundError:
+        return
+    fsync_dir(directory)
+
+
+def set_aside_directory(path: str) -> str | None:
+    """Rename directory `path` to <path>.damaged-<unix time> (a free name), durably; the
+    new path, or None if there is no such directory. Kept for the operator to look at,
+    never read again: nothing opens a name with this suffix."""
+    if not os.path.isdir(path):
+        return None
+    stem = f"{path}.damaged-{int(time.time())}"
+    new, n = stem, 0
+    while os.path.exists(new):
+        n += 1
+        new = f"{stem}-{n}"
+    os.rename(path, new)
+    fsync_dir(os.path.dirname(path) or ".")
+    return new
 
 
 class SnapshotStore:

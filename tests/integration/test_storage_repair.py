@@ -13,6 +13,10 @@ cannot vouch for what it acknowledged or voted), and be re-admitted as a voter; 
 end every acknowledged record is read back, exactly once. Variants: the damaged node is
 a follower each time, or the leader each time (it loses leadership, repairs, and the
 next round damages the new leader). One cluster per variant keeps CI's cost down.
+
+A damaged BASE snapshot (what the log was compacted to: nothing on the node can rebuild
+that state) makes the node discard its whole storage (set aside, not deleted) and come
+back as a replacement, rebuilt by a snapshot from the leader.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ import pytest
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from raftlog.storage import LogStore  # noqa: E402
 from sink.process_cluster import SinkProcessCluster  # noqa: E402
 from sink.readapi import ReadApiClient  # noqa: E402
 from tests.integration.test_identity_wipe import _status, _wait  # noqa: E402
@@ -235,6 +241,124 @@ def test_damaged_storage_is_repaired_from_the_peers(tmp_path, role):
         assert len(got) == len(set(got)), "duplicates"
         assert set(got) == set(load.acked), "acknowledged records lost"
         print(f"{len(got)} acknowledged records read back after {len(DAMAGES)} repairs")
+    finally:
+        if load is not None and not load._stop.is_set():
+            load._stop.set()
+        c.stop()
+
+
+async def _values_served(address: str) -> tuple[int, list[bytes]]:
+    """(log start, every record value from it) as node's read API serves TOPIC/0."""
+    from aiokafka.record.memory_records import MemoryRecords
+
+    client = ReadApiClient(address)
+    try:
+        (info,) = (await client.partitions([TOPIC], timeout=5.0)).partitions
+        pos, out = info.log_start_offset, []
+        while pos < info.high_watermark:
+            reply = await client.fetch(TOPIC, 0, pos, max_bytes=4 << 20, timeout=5.0)
+            assert not reply.error_code, (address, pos, reply.error_code, reply.error)
+            records = MemoryRecords(b"".join(bytes(b.data) for b in reply.batches))
+            while records.has_next():
+                for rec in records.next_batch():
+                    if rec.offset >= pos:
+                        out.append(bytes(rec.value))
+                        pos = rec.offset + 1
+        return info.log_start_offset, out
+    finally:
+        await client.close()
+
+
+@pytest.mark.crash
+def test_a_damaged_base_snapshot_is_discarded_and_rebuilt_from_the_peers(tmp_path):
+    """A stopped follower's base snapshot damaged: it sets its storage aside, runs blank
+    under a new incarnation, is sent a snapshot and re-admitted as a voter; every
+    acknowledged record is read back, from the cluster and from that node itself."""
+    pytest.importorskip("aiokafka")
+    c = SinkProcessCluster(
+        str(tmp_path),
+        default_partitions=1,
+        log_level="INFO",
+        extra_args=[
+            "--retention-snapshot-every-entries",
+            "10",
+            "--topics-retention-check-ms",
+            "200",
+        ],
+    )
+    c.start()
+    load: Load | None = None
+    try:
+        asyncio.run(c.wait_ready(timeout=90))
+        _wait(
+            lambda: all((s := _status(c, i)) and s["identity"]["may_vote"] for i in c.nodes),
+            60,
+            "every node may vote",
+        )
+        # Entries that hold no record (topics created), so that snapshots exist below the
+        # first record and the log is cut there with every record kept (retention keeps
+        # records for 7 days: the log cannot be cut past the first one).
+        admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+        for k in range(30):
+            (fut,) = admin.create_topics([NewTopic(f"pad-{k}", 1, 3)]).values()
+            fut.result(30)
+        (fut,) = admin.create_topics([NewTopic(TOPIC, 1, 3)]).values()
+        fut.result(30)
+        load = Load(c.bootstrap_servers)
+        load.wait_acked(2000, 90)
+        leader = asyncio.run(c.wait_ready(timeout=60))
+        victim = next(i for i in c.nodes if i != leader)
+        _wait(
+            lambda: _status(c, victim).get("first_index", 1) > 1,
+            60,
+            f"node {victim}'s log cut at a snapshot",
+        )
+        before = _status(c, victim)
+        c.kill(victim)
+        data_dir = c.nodes[victim].data_dir
+        store = LogStore.open(_log_dir(data_dir))
+        base = store.first_index() - 1
+        store.close()
+        snap_dir = os.path.join(data_dir, "snapshots")
+        (name,) = [n for n in os.listdir(snap_dir) if n.startswith(f"snapshot-{base:020d}-")]
+        with open(os.path.join(snap_dir, name), "r+b") as f:
+            f.seek(-3, os.SEEK_END)
+            f.write(b"XYZ")
+        print(f"damaged base snapshot {name} of node {victim} (log compacted to {base})")
+        acked = len(load.acked)
+        restarted = time.monotonic()
+        c.start(victim)
+        _wait(
+            lambda: (
+                victim not in c.exited()
+                and _voter_again(c, victim, before["identity"]["incarnation"])
+            ),
+            120,
+            f"node {victim} rebuilt and a voter again",
+        )
+        print(f"node {victim} a voter again {time.monotonic() - restarted:.1f} s after its start")
+        load.wait_acked(acked + 500, 90)  # the load went on throughout
+        assert victim not in c.exited(), c.describe_exit(victim, c.exited()[victim])
+        tail = c.log_tail(victim, 200_000)
+        assert "raft.storage_discarded" in tail, tail[-3000:]
+        names = os.listdir(data_dir)
+        assert any(n.startswith("log.damaged-") for n in names), names
+        assert any(n.startswith("snapshots.damaged-") for n in names), names
+        load.stop()
+        assert not load.failed, load.failed[:3]
+        got = _read_back(c.bootstrap_servers, len(load.acked))
+        assert len(got) == len(set(got)), "duplicates"
+        assert set(got) == set(load.acked), "acknowledged records lost"
+
+        # the rebuilt node itself serves every one of them (once it has applied them all)
+        def served_all() -> bool:
+            start, values = asyncio.run(_values_served(c.peers[victim].read_api))
+            return start == 0 and set(load.acked) <= set(values)
+
+        _wait(served_all, 60, f"node {victim} serving every acknowledged record")
+        _start, values = asyncio.run(_values_served(c.peers[victim].read_api))
+        assert len(values) == len(set(values)), "duplicates on the rebuilt node"
+        print(f"{len(load.acked)} acknowledged records read back after the discard")
     finally:
         if load is not None and not load._stop.is_set():
             load._stop.set()
