@@ -29,7 +29,7 @@ import signal
 import sys
 import tempfile
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sink.process_cluster import SinkProcessCluster
@@ -420,6 +420,35 @@ def _kafka_status_line(node: int, k: dict) -> str:
     )
 
 
+def _verify_snapshots(directory: str, report: Any) -> None:
+    """The snapshot files beside the log (read-only): damaged ones are problems, and
+    the report says what the next start does about them (raftlog/runtime/group.py)."""
+    from raftlog.runtime import check_snapshot_files
+
+    intact, damaged = check_snapshot_files(directory)
+    if intact:
+        report.notes.append(f"snapshots: {len(intact)} intact (entries {intact[0]}..{intact[-1]})")
+    if not damaged:
+        return
+    for path, _index, why in damaged:
+        report.problems.append(f"snapshot {path} is damaged: {why}")
+    base = report.first_index - 1
+    if base > 0 and base not in intact:
+        report.notes.append(
+            f"the base snapshot (entry {base}, which the log was compacted to) is damaged: the "
+            "next start sets this node's whole storage aside (<name>.damaged-<time>) and "
+            "rebuilds it from the leader under a new incarnation (a replacement: no vote "
+            "until re-admitted). With storage.on_corruption=stop, node identity off or a "
+            "single-node cluster it stops at start instead (exit code 3)"
+        )
+    else:
+        report.notes.append(
+            "the damaged snapshots are not the log's base: the next start sets them aside "
+            "(.damaged) and rebuilds the state from the newest intact snapshot and the log; "
+            "nothing is lost"
+        )
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from raftlog.storage import DataDirLockedError, schedule_repair, verify_data_dir
 
@@ -433,6 +462,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         target = os.path.join(target, "log")
     try:
         report = verify_data_dir(target, progress=progress)
+        _verify_snapshots(
+            os.path.join(os.path.dirname(os.path.abspath(target)), "snapshots"), report
+        )
         print(report.to_text())
         if args.repair and report.repair_plan() is not None:
             at = schedule_repair(target, report)

@@ -28,7 +28,7 @@ from raftlog.runtime.group import NodeStats, RaftGroup
 from raftlog.runtime.host import HostStats, RaftHost
 from raftlog.runtime.node import RaftNode
 from raftlog.runtime.options import HostOptions, NodeOptions
-from raftlog.runtime.snapshots import SnapshotStore
+from raftlog.runtime.snapshots import SnapshotStore, check_snapshot_files
 from raftlog.runtime.state_machine import ApplyResult, StateMachine
 from raftlog.storage import LogRangeError
 
@@ -50,4 +50,5 @@ __all__ = [
     "RaftNode",
     "SnapshotStore",
     "StateMachine",
+    "check_snapshot_files",
 ]

@@ -250,3 +250,30 @@ class SnapshotStore:
         if crc32c.crc32c(body) != crc:
             raise CorruptLogError(path, _HEADER.size, "snapshot CRC-32C mismatch")
         return SnapshotMeta(index, term, body[:meta_len]), body[meta_len:]
+
+
+def check_snapshot_files(directory: str) -> tuple[list[int], list[tuple[str, int | None, str]]]:
+    """Read-only check of a snapshots directory (`raftsink verify`): (the indexes of
+    the intact snapshots, ascending; every damaged file as (path, the index its name
+    gives or None, why)). Unlike SnapshotStore it creates, deletes and renames nothing."""
+    intact: list[int] = []
+    damaged: list[tuple[str, int | None, str]] = []
+    if not os.path.isdir(directory):
+        return intact, damaged
+    for name in sorted(n for n in os.listdir(directory) if n.endswith(".snap")):
+        path = os.path.join(directory, name)
+        try:
+            meta, _ = SnapshotStore._read(path)
+        except (CorruptLogError, OSError) as exc:
+            damaged.append((path, _index_in_name(name), str(exc)))
+            continue
+        intact.append(meta.index)
+    return sorted(intact), damaged
+
+
+def _index_in_name(name: str) -> int | None:
+    """snapshot-<index, 20 digits>-<term>.snap -> index (None: another name)."""
+    parts = name[: -len(".snap")].split("-")
+    if len(parts) == 3 and parts[0] == "snapshot" and parts[1].isdigit():
+        return int(parts[1])
+    return None

@@ -91,3 +91,44 @@ def test_verify_repair_schedules_the_repair_of_a_damaged_node(tmp_path, capsys):
     assert cli.main(["verify", "-q", str(healthy.parent), "--repair"]) == 0
     assert "nothing damaged to schedule" in capsys.readouterr().out
     assert read_marker(str(healthy)) is None
+
+
+def test_verify_reports_damaged_snapshots_and_what_the_next_start_does(tmp_path, capsys):
+    """`raftsink verify` checks the snapshot files beside the log (read-only): a damaged
+    snapshot is a problem (exit 1); the report says whether it is the log's base (the
+    next start rebuilds the node's storage from the leader as a replacement) or one
+    the node can do without (set aside, nothing lost)."""
+    from raftlog.core.log_reader import Snapshot
+    from raftlog.entry import SnapshotMeta
+    from raftlog.runtime import SnapshotStore
+    from raftlog.storage import LogStore
+    from tests.helpers.storage import entries
+
+    node = tmp_path / "node"
+    s = LogStore.open(str(node / "log"))
+    s.append(entries(1, 20))
+    s.truncate_prefix(10)  # the log now starts after its base snapshot, entry 10
+    s.close()
+    snaps = SnapshotStore(str(node / "snapshots"))
+    for index in (5, 10):
+        snaps.save(Snapshot(SnapshotMeta(index, 1, b""), b"state-%d" % index))
+    files = sorted(p.name for p in (node / "snapshots").iterdir())
+
+    def damage(index: int) -> None:
+        path = next((node / "snapshots").glob(f"snapshot-{index:020d}-*.snap"))
+        raw = bytearray(path.read_bytes())
+        raw[-1] ^= 0x5A
+        path.write_bytes(bytes(raw))
+
+    assert cli.main(["verify", "-q", str(node)]) == 0
+    assert "snapshots: 2 intact (entries 5..10)" in capsys.readouterr().out
+    damage(5)
+    assert cli.main(["verify", "-q", str(node)]) == 1
+    out = capsys.readouterr().out
+    assert "snapshot-00000000000000000005-1.snap is damaged" in out
+    assert "not the log's base" in out and "nothing is lost" in out
+    damage(10)
+    assert cli.main(["verify", "-q", str(node)]) == 1
+    out = capsys.readouterr().out
+    assert "the base snapshot (entry 10" in out and "rebuilds it from the leader" in out
+    assert sorted(p.name for p in (node / "snapshots").iterdir()) == files  # read-only
