@@ -72,6 +72,11 @@ class NodeCollector(Collector):
         ts = self.transport.stats
         yield counter("raftsink_transport_sent_messages", "Raft messages sent", ts.sent_messages)
         yield counter(
+            "raftsink_transport_sent_batches",
+            "gRPC writes of Raft message batches (sent_messages / sent_batches: messages per write)",
+            ts.sent_batches,
+        )
+        yield counter(
             "raftsink_transport_dropped_messages", "Raft messages dropped", ts.dropped_messages
         )
         yield counter(

@@ -336,6 +336,25 @@ class RawNode:
             or self.log.has_next_committed()
         )
 
+    def ready_is_light(self) -> bool:
+        """The pending Ready (if any) needs no storage write and changes no role: no
+        entries, no snapshot, the term and vote and the leader and role as handed
+        out last. What it can hold: messages, committed entries, a commit index,
+        read states. A runtime with nothing of an earlier Ready in flight may
+        handle such a Ready inline, without its disk pipeline (RaftGroup's
+        _ready_inline): heartbeats and their answers are most Readies of a host
+        with many groups."""
+        hs, ss = self._hs_sent, self._soft_sent
+        u = self.log.unstable
+        return (
+            self.term == hs.term
+            and self.vote == hs.vote
+            and self.lead == ss.lead
+            and self.role is ss.role
+            and u.snapshot is None
+            and not self.log.has_unsent_entries()
+        )
+
     def ready(self) -> Ready:
         """Hand out the pending work; each item is handed out once."""
         rd = Ready()

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -139,6 +140,7 @@ class RaftHost:
         self._started = False
         self._closed = False
         self._out: list[Message] = []  # beats waiting for this iteration's flush
+        self._answers: list[Message] = []  # heartbeat answers waiting for the next tick
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._identities: dict[str, IdentityFile] = {}
@@ -350,9 +352,13 @@ class RaftHost:
         other: list[Message] = []
         out = self._out
         n = len(out)
+        defer = self.options.defer_beat_answers
         for m in msgs:
             if m.type in _BEAT_KINDS:
-                out.append(m)  # merged per peer at the flush, with every other group's
+                if defer and m.type is MsgType.HEARTBEAT_RESP and not m.context:
+                    self._answers.append(m)  # leaves with the next tick's beats
+                else:
+                    out.append(m)  # merged per peer at the flush, with every other group's
             else:
                 other.append(m)
         if other:
@@ -432,6 +438,12 @@ class RaftHost:
                 for _ in range(_STALL_DRAIN_ROUNDS):
                     await asyncio.sleep(0)
             self.stats.ticks += 1
+            if self._answers:  # deferred heartbeat answers (defer_beat_answers)
+                self._out.extend(self._answers)
+                self._answers = []
+                if not self._flush_scheduled:
+                    self._flush_scheduled = True
+                    self._loop.call_soon(self._flush)
             if self.quiescence_on:
                 self._node_beats()
             self._tick_groups(skipped)
@@ -604,4 +616,7 @@ class RaftHost:
             "disk_rounds": w.rounds if w else 0,
             "disk_syncs": w.syncs if w else 0,
             "leaders": sum(1 for g in self.groups.values() if g.is_leader()),
+            "readies": sum(g.stats.readies for g in self.groups.values()),
+            "inline_readies": sum(g.stats.inline_readies for g in self.groups.values()),
+            "transport": dataclasses.asdict(self.transport.stats),
         }

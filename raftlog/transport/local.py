@@ -50,6 +50,7 @@ class LocalNetwork:
         for m in msgs:
             by_dst.setdefault(m.dst, []).append(m)
         for dst, batch in by_dst.items():
+            self._nodes[src].stats.sent_batches += 1  # one write per peer, as gRPC's sender
             target = self._nodes.get(dst)
             if target is None or (src, dst) in self._blocked or not target._started:
                 self._nodes[src].stats.dropped_messages += len(batch)

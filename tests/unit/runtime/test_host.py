@@ -229,3 +229,54 @@ def test_add_group_refuses_bad_ids_and_ticks(tmp_path):
         await c.stop()
 
     run(main())
+
+
+def test_idle_groups_beat_one_message_per_peer_per_tick_handled_inline(tmp_path):
+    """Idle groups: heartbeat answers wait for the host's next tick and leave with its
+    own heartbeats (HostOptions.defer_beat_answers), so each host sends about one
+    message per peer per tick, not two; and the Readies of heartbeats and answers
+    (no disk write, no role change) are handled inline, without the raft loop."""
+
+    async def main():
+        c = Cluster(str(tmp_path), groups=8)
+        await c.start()
+        await c.leaders()
+        # every group committed its leader's no-op everywhere: nothing left to write
+        await wait_until(
+            lambda: all(
+                h.groups[g].status()["durable_index"] >= 1 and not h.groups[g]._pipeline
+                for h in c.hosts.values()
+                for g in c.group_ids
+            ),
+            what="groups settled",
+        )
+        before = {i: (h.transport.stats.sent_batches, h.stats.ticks) for i, h in c.hosts.items()}
+        ready0 = {i: h.status()["readies"] for i, h in c.hosts.items()}
+        inline0 = {i: h.status()["inline_readies"] for i, h in c.hosts.items()}
+        await wait_until(
+            lambda: all(h.stats.ticks >= before[i][1] + 40 for i, h in c.hosts.items()),
+            what="40 more ticks on every host",
+        )
+        for i, h in c.hosts.items():
+            writes = h.transport.stats.sent_batches - before[i][0]
+            ticks = h.stats.ticks - before[i][1]
+            # 2 peers: 2 writes a tick with answers deferred, 4 without
+            assert writes <= 2 * ticks * 1.25, (i, writes, ticks)
+            st = h.status()
+            readies = st["readies"] - ready0[i]
+            inline = st["inline_readies"] - inline0[i]
+            assert readies > 0 and inline >= 0.9 * readies, (i, inline, readies)
+        # and the groups still commit (the inline path never swallows real work)
+        leaders = await c.leaders()
+        await asyncio.gather(*(lead.apply_batch([b"after-%d" % g]) for g, lead in leaders.items()))
+        await wait_until(
+            lambda: all(
+                c.fsms[i, g].applied and c.fsms[i, g].applied[-1][1] == b"after-%d" % g
+                for i in IDS
+                for g in c.group_ids
+            ),
+            what="every replica applies after the idle period",
+        )
+        await c.stop()
+
+    run(main())

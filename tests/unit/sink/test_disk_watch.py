@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from prometheus_client import generate_latest
 
 from raftlog.storage import DiskGuard, StorageClosedError
+from raftlog.transport import TransportStats
 from sink.metrics import NodeCollector, make_registry
 from sink.node import DiskWatch, storage_errno
 
@@ -126,17 +127,7 @@ def test_metrics_show_free_bytes_per_volume_and_the_guard():
             "pending_proposals": 0,
         }
     )
-    transport = SimpleNamespace(
-        stats=SimpleNamespace(
-            sent_messages=0,
-            dropped_messages=0,
-            received_messages=0,
-            rejected_batches=0,
-            unknown_group_messages=0,
-            handler_errors=0,
-            tls_failures=0,
-        )
-    )
+    transport = SimpleNamespace(stats=TransportStats())
     text = generate_latest(
         make_registry(NodeCollector(node, transport, watch.counters, gauges=watch.gauges))
     ).decode()
