@@ -301,6 +301,26 @@ async def total_records(read_api: str, topic: str, credentials: object = None) -
         await c.close()
 
 
+async def total_records_any_replica(
+    read_apis: list[str], topic: str, credentials: object = None
+) -> int:
+    """total_records over a cluster whose nodes each host only some partitions (partition
+    groups with more nodes than replicas: a node answers -1 offsets for a partition it
+    does not host): per partition, the most any node reports."""
+    best: dict[int, int] = {}
+    for addr in read_apis:
+        c = ReadApiClient(addr, credentials=credentials)  # type: ignore[arg-type]
+        try:
+            reply = await c.partitions([topic], linearizable=True)
+        finally:
+            await c.close()
+        for p in reply.partitions:
+            if p.high_watermark >= 0 and p.log_start_offset >= 0:
+                n = p.high_watermark - p.log_start_offset
+                best[p.partition] = max(best.get(p.partition, 0), n)
+    return sum(best.values())
+
+
 # ------------------------------------------------------------------ JetStream
 
 

@@ -42,7 +42,7 @@ import tempfile
 import time
 
 from bench.common import CpuQuota, CpuQuotaUnavailable, cpu_seconds, loadavg, machine
-from bench.produce import kcat_throughput, total_records
+from bench.produce import kcat_throughput, total_records_any_replica
 from sink.process_cluster import SinkProcessCluster
 
 PARTITIONS = 12
@@ -94,7 +94,8 @@ def run_cluster(base: str, nodes: int, groups: bool, records: int, quota: bool) 
         load0 = loadavg()
         r = kcat_throughput(c.bootstrap_servers, TOPIC, SIZE, records, base)
         after = {i: cpu_seconds([p]) for i, p in pids.items()}
-        stored = asyncio.run(total_records(c.peers[1].read_api, TOPIC))
+        read_apis = [p.read_api for p in c.peers.values()]
+        stored = asyncio.run(total_records_any_replica(read_apis, TOPIC))
         if stored != r["records"] + WARMUP_RECORDS:
             raise RuntimeError(
                 f"{r['records'] + WARMUP_RECORDS} records acknowledged but {stored} stored"

@@ -139,6 +139,12 @@ def _local_authorization(base: str) -> tuple[list[str], str]:
     return flags, path
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from sink.cli_status import cmd_status
+
+    return cmd_status(args)
+
+
 def _cmd_local(args: argparse.Namespace) -> int:
     from sink.process_cluster import SinkProcessCluster
 
@@ -266,158 +272,6 @@ def _add_tls_to_cluster_file(path: str, certs: str) -> None:
     }
     with open(path, "w") as f:
         json.dump(data, f, indent=2)
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    from sink.cli_connect import use_read_api_connection
-    from sink.readapi import ReadApiClient
-
-    credentials = use_read_api_connection(args)  # TLS flags, or cluster.json's
-    if args.cluster:
-        with open(args.cluster) as f:
-            data = json.load(f)
-        nodes = {int(i): n["read_api"] for i, n in data["nodes"].items()}
-    elif args.nodes:
-        nodes = dict(enumerate(args.nodes.split(","), start=1))
-    else:
-        print("raftsink status: give --cluster FILE or --nodes HOST:PORT,...", file=sys.stderr)
-        return 2
-
-    async def gather() -> dict:
-        out = {}
-        for i, addr in nodes.items():
-            client = ReadApiClient(addr, credentials=credentials)
-            try:
-                out[i] = await client.status(timeout=3.0)
-            except Exception as exc:
-                details = getattr(exc, "details", None)
-                out[i] = {"error": details() if callable(details) else str(exc)}
-            finally:
-                await client.close()
-        return out
-
-    sts = asyncio.run(gather())
-    if args.json:
-        print(json.dumps(sts, indent=2))
-        return 0
-    commit = max((st.get("commit", 0) for st in sts.values() if "error" not in st), default=0)
-    kinds = member_kinds(sts)
-    print(
-        f"{'node':>4} {'role':<13} {'term':>5} {'leader':>6} {'commit':>8} {'applied':>8} {'lag':>6}"
-        f"  {'incarnation':<16} {'member':<8} {'vote':<4}  partitions"
-    )
-    for i, st in sorted(sts.items()):
-        if "error" in st:
-            print(f"{i:>4} {'unreachable':<13} {kinds.get(i, '-'):<8} {st['error']}")
-            continue
-        parts = ", ".join(f"{k}:{v}" for k, v in sorted(st.get("partitions", {}).items())) or "-"
-        inc, member, vote = _identity_columns(i, st)
-        print(
-            f"{i:>4} {st['role']:<13} {st['term']:>5} {st['leader']:>6} {st['commit']:>8} "
-            f"{st['applied']:>8} {commit - st['applied']:>6}  {inc:<16} {kinds.get(i, member):<8} {vote:<4}  {parts}"
-        )
-    for i, st in sorted(sts.items()):
-        line = _replacement_line(i, st.get("identity"))
-        if line:
-            print(line)
-    for i, st in sorted(sts.items()):
-        if "kafka" in st:
-            print(_kafka_status_line(i, st["kafka"]))
-        if st.get("quotas", {}).get("entities"):
-            print(_quota_status_line(i, st["quotas"]))
-        line = _disk_line(i, st.get("disk_guard"))
-        if line:
-            print(line)
-    return 0 if all("error" not in st for st in sts.values()) else 1
-
-
-def _identity_columns(node: int, st: dict) -> tuple[str, str, str]:
-    """(incarnation in hex, voter/learner/outside, may it vote now: yes/no)."""
-    ident = st.get("identity")
-    if not ident:
-        return "-", "-", "-"
-    ms = st.get("membership", {})
-    member = (
-        "voter"
-        if node in ms.get("voters", [])
-        else "learner"
-        if node in ms.get("learners", [])
-        else "outside"
-    )
-    return f"{ident['incarnation']:016x}", member, "yes" if ident.get("may_vote") else "no"
-
-
-def _replacement_line(node: int, ident: dict | None) -> str | None:
-    """One line for a node whose storage the cluster does not vouch for (None: fine)."""
-    if not ident or not ident.get("replacement"):
-        return None
-    recorded = ident.get("recorded") or 0
-    known = f"knows it as {recorded:016x}" if recorded else "does not know its storage"
-    return (
-        f"node {node}: REPLACEMENT: storage {ident['incarnation']:016x} "
-        f"({ident.get('why', 'new storage')}); the cluster {known}; it votes again once the "
-        "leader has caught it up and admitted it (automatic while a leader is up)"
-    )
-
-
-def member_kinds(sts: dict) -> dict[int, str]:
-    """node id -> "voter" / "learner" / "removed", from the configuration of the node
-    with the highest term and commit index (the leader's, when it answered)."""
-    live = [st for st in sts.values() if "error" not in st and "membership" in st]
-    if not live:
-        return {}
-    best = max(live, key=lambda st: (st["role"] == "leader", st["term"], st["commit"]))
-    m = best["membership"]
-    out = {v: "voter" for v in m.get("voters", [])}
-    out.update({v: "learner" for v in m.get("learners", [])})
-    for i in sts:
-        out.setdefault(i, "removed")
-    return out
-
-
-def _disk_line(node: int, guard: dict | None) -> str | None:
-    """One line for a node below its disk reserve (None: nothing to say)."""
-    if not guard or guard.get("level", "ok") == "ok":
-        return None
-    vols = [v for v in guard.get("volumes", []) if v.get("level") != "ok"]
-    where = ", ".join(
-        f"{v['path']} free {v['free_bytes'] / 1e6:.1f} MB < reserve {v['reserve_bytes'] / 1e6:.1f} MB"
-        for v in vols
-    )
-    effect = "produce refused (KAFKA_STORAGE_ERROR)"
-    if guard["level"] == "appends_refused":
-        effect += ", not appending replicated entries"
-    return (
-        f"node {node}: DISK BELOW RESERVE: {where}: {effect}; free space there "
-        "(retention, delete files, grow the volume); writes resume by themselves"
-    )
-
-
-def _quota_status_line(node: int, q: dict) -> str:
-    """One line per node where client quotas are configured: the most throttled clients."""
-    top = sorted(q.get("throttled_ms", {}).items(), key=lambda kv: -kv[1])[:3]
-    who = ", ".join(f"{name} {ms} ms" for name, ms in top) or "none"
-    return f"{node:>4} quotas: {q['entities']} entities configured; throttled so far: {who}"
-
-
-def _kafka_status_line(node: int, k: dict) -> str:
-    """One line of `raftsink status` per node: memory budgets in use, refused connections."""
-    mib = 1 << 20
-    refused = {
-        name.removeprefix("refused_connections_"): int(v)
-        for name, v in k.items()
-        if name.startswith("refused_connections_") and v
-    }
-    why = ", ".join(f"{r}={n}" for r, n in sorted(refused.items()))
-    return (
-        f"{node:>4} kafka: {int(k.get('connections', 0))} connections; request memory "
-        f"{k.get('request_memory_used_bytes', 0) / mib:.1f}/"
-        f"{k.get('request_memory_limit_bytes', 0) / mib:.0f} MiB"
-        f" ({int(k.get('request_memory_waiting', 0))} waiting); fetch memory "
-        f"{k.get('fetch_memory_used_bytes', 0) / mib:.1f}/"
-        f"{k.get('fetch_memory_limit_bytes', 0) / mib:.0f} MiB; refused connections "
-        f"{int(k.get('rejected_connections', 0))}" + (f" ({why})" if why else "")
-    )
 
 
 def _verify_snapshots(directory: str, report: Any) -> None:

@@ -303,4 +303,23 @@ class DataGroups:
             "removed": self.removed_groups,
             "serve_proposals": self.serve_proposals,
             "hand_offs": self.hand_offs,
+            "groups": [self._group_row(h) for _, h in sorted(self.hosted.items())],
+        }
+
+    def _group_row(self, h: HostedGroup) -> dict[str, Any]:
+        """This node's replica of one data group (`raftsink status` merges the nodes' rows
+        into one line per partition)."""
+        g, p = h.group, h.placement
+        info = self.controller.topic_by_id(h.topic_id)
+        return {
+            "group": p.group,
+            "topic": info.name if info is not None else None,
+            "partition": p.partition,
+            "replicas": list(p.replicas),
+            "role": g.role.value,
+            "term": g.term,
+            "leader": g.leader_id,
+            "commit": g.commit_index,
+            "applied": g.applied,
+            "serving": h.serves(),
         }
