@@ -324,16 +324,25 @@ class RawNode:
 
     # ------------------------------------------------------------ ready cycle
     def has_ready(self) -> bool:
-        u = self.log.unstable
+        # Field by field rather than hard_state() != _hs_sent: the runtime asks this
+        # several times per Ready of every group, and building the tuples to compare
+        # them was most of its cost.
+        if self._msgs or self._msgs_early or self._read_states:
+            return True
+        hs, ss, log = self._hs_sent, self._soft_sent, self.log
+        if (
+            self.term != hs.term
+            or self.vote != hs.vote
+            or log.committed != hs.commit
+            or self.lead != ss.lead
+            or self.role is not ss.role
+        ):
+            return True
+        u = log.unstable
         return bool(
-            self._msgs
-            or self._msgs_early
-            or self._read_states
-            or self.hard_state() != self._hs_sent
-            or self.soft_state() != self._soft_sent
-            or (u.snapshot is not None and not u.snapshot_in_progress)
-            or self.log.has_unsent_entries()
-            or self.log.has_next_committed()
+            (u.snapshot is not None and not u.snapshot_in_progress)
+            or log.has_unsent_entries()
+            or log.has_next_committed()
         )
 
     def ready_is_light(self) -> bool:
