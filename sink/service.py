@@ -188,24 +188,13 @@ class SinkService:
 
     def use_routing(self, routing: Any) -> None:
         """Partitions live in data groups from now on: role/produce/DeleteRecords/
-        DescribeProducers/CreateTopics go through routing (sink.node.routing).
-        CreatePartitions of a placed topic is refused (not built yet)."""
+        DescribeProducers/CreateTopics/CreatePartitions go through routing
+        (sink.node.routing; CreatePartitions places the new partitions and commits
+        them as one ADD_PARTITIONS entry, never the one-group CREATE_PARTITIONS)."""
         self.routing = routing
         self.delete_records = routing.delete_records
         self.active_producers = routing.active_producers
-        grow = self.lifecycle.create_partitions
-
-        async def create_partitions(
-            name: str, count: int, validate_only: bool
-        ) -> tuple[ErrorCode, str | None]:
-            if name in self.fsm.topics():
-                return (
-                    ErrorCode.invalid_request,
-                    "CreatePartitions is not supported with cluster.partition_groups yet",
-                )
-            return await grow(name, count, validate_only)
-
-        self.create_partitions = create_partitions
+        self.create_partitions = routing.create_partitions
 
     async def apply_command(self, data: bytes) -> object:
         """Propose a command and return its applied result (raises the runtime's errors)."""

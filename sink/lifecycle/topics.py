@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
 from sink.kafka.protocol.errors import ErrorCode
@@ -72,9 +72,15 @@ class TopicLifecycle:
         return DeleteOutcome(err, info.name, info.topic_id)
 
     async def create_partitions(
-        self, name: str, count: int, validate_only: bool
+        self,
+        name: str,
+        count: int,
+        validate_only: bool,
+        assignments: Sequence[Sequence[int]] | None = None,
     ) -> tuple[ErrorCode, str | None]:
-        """Grow name to count partitions -> (error, message)."""
+        """Grow name to count partitions -> (error, message). assignments (the
+        request's replica lists) are ignored: every node holds every partition of the
+        one group (with partition groups sink.node.routing honours them)."""
         info = self.fsm.topic(name)
         if not self._is_leader():
             return ErrorCode.not_controller, "not the controller (Raft leader)"

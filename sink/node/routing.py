@@ -13,7 +13,10 @@ group on this node:
   that group's idempotent-producer pre-check (apply decides again);
 - delete_records(), active_producers(): that group's machine;
 - create_topic(): the placer (sink.placement) on the controller leader, committed
-  with the topic as one PLACE_TOPIC entry (sink/state/placement_table.py).
+  with the topic as one PLACE_TOPIC entry (sink/state/placement_table.py);
+- create_partitions(): the new partitions' replica lists (sink/node/grow_topic.py: the
+  placer continuing the topic's stripe, or the request's checked assignments) on the
+  controller leader, committed as one ADD_PARTITIONS entry.
 
 A node holding no replica of a partition's group answers NOT_LEADER_OR_FOLLOWER;
 the role it reports names the leader it knows (the handlers put it in the answer).
@@ -30,13 +33,14 @@ from typing import Any
 from sink.kafka.handlers.services import PartitionRole
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import BatchHeader
+from sink.node import grow_topic
 from sink.node.data_groups import DataGroups, HostedGroup
 from sink.node.leaders import LeaderPoller, LeadersTable
 from sink.placement import PlacementError, Topology, count_load, place_partitions
 from sink.service import SinkService, _done, _error_of
 from sink.state import CreateTopicResult, ProduceResult
 from sink.state import data_commands as dcmd
-from sink.state.placement_table import encode_place_topic
+from sink.state.placement_table import encode_add_partitions, encode_place_topic
 from sink.topics.configs import TopicConfigError, validate_all
 from sink.topics.stamp import stamp_log_append_time
 
@@ -62,6 +66,10 @@ class PartitionRouting:
         self.poller = poller
         self.hosts = hosts
         self.default_replication_factor = default_replication_factor
+        # One CreatePartitions at a time here (from placing to applied): a second one
+        # places from the count the first left. The apply checks the count again (a
+        # new leader, a lagging view), so this only spares needless refusals.
+        self._growing = asyncio.Lock()
 
     # ------------------------------------------------------------------ roles
 
@@ -247,3 +255,58 @@ class PartitionRouting:
         self.groups.wake()
         result: Any = res.result
         return result
+
+    async def create_partitions(
+        self,
+        name: str,
+        count: int,
+        validate_only: bool,
+        assignments: Sequence[Sequence[int]] | None = None,
+    ) -> tuple[ErrorCode, str | None]:
+        """Grow a placed topic to count partitions -> (error, message). On the
+        controller leader (else NOT_CONTROLLER, as CreateTopics): the new partitions'
+        replica lists (sink/node/grow_topic.py), then one ADD_PARTITIONS entry;
+        validate_only runs every check, the placer included, and commits nothing."""
+        svc = self.service
+        if not svc.node.is_leader():
+            return ErrorCode.not_controller, "not the controller (Raft leader)"
+        async with self._growing:
+            info = svc.fsm.topic(name)
+            if info is None:
+                return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
+            table = svc.fsm.placement
+            current = [g.replicas for g in table.of_topic(info.topic_id.hex)]
+            if len(current) != info.partitions:  # a one-group topic in a groups cluster
+                return ErrorCode.invalid_request, f"topic {name!r} has no partition placement"
+            topology = grow_topic.topology_of(self.hosts(), table.assignments())
+            try:
+                replicas = grow_topic.added_replicas(
+                    topology,
+                    name,
+                    current,
+                    count,
+                    assignments,
+                    svc.options.max_create_partitions,
+                )
+            except PlacementError as exc:
+                return exc.code, str(exc)
+            if validate_only:
+                return ErrorCode.none, None
+            data = encode_add_partitions(name, info.topic_id, count, replicas)
+            try:
+                res = await svc.node.apply(data, timeout=svc.options.produce_timeout_s)
+            except Exception as exc:
+                err = _error_of(exc)
+                return (
+                    ErrorCode.not_controller if err == ErrorCode.not_leader_or_follower else err
+                ), None
+        self.groups.wake()  # start the replicas placed here now, not at the next round
+        result: Any = res.result
+        if result.error == ErrorCode.invalid_partitions and result.topic is not None:
+            # The topic changed between placing and applying (another leader grew it).
+            now = result.topic.partitions
+            refused = grow_topic.count_refusal(name, now, count, svc.options.max_create_partitions)
+            return ErrorCode.invalid_partitions, (
+                refused[1] if refused else f"topic {name!r} changed meanwhile to {now} partitions"
+            )
+        return result.error, None

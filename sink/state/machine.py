@@ -52,7 +52,13 @@ from sink.state.partition_data import (
     ProduceResult,
     ReadEntries,
 )
-from sink.state.placement_table import PLACE_TOPIC, PlacementTable, decode_place_topic
+from sink.state.placement_table import (
+    ADD_PARTITIONS,
+    PLACE_TOPIC,
+    PlacementTable,
+    decode_add_partitions,
+    decode_place_topic,
+)
 from sink.state.users import ALTER_USERS, UserTable
 from sink.topics import state as topic_state
 from sink.topics.configs import TopicConfigError, TopicPolicy, validate_all
@@ -201,6 +207,8 @@ class SinkStateMachine(StateMachine):
                 results.append(self._apply_acls(e))
             elif tag == PLACE_TOPIC:
                 results.append(self._apply_place_topic(e))
+            elif tag == ADD_PARTITIONS:
+                results.append(self._apply_add_partitions(e))
             else:  # never crash a node over one entry it cannot read
                 log.error("sink.apply unknown command tag=%r index=%d", tag, e.index)
                 results.append(None)
@@ -389,6 +397,31 @@ class SinkStateMachine(StateMachine):
             self.topic_configs.set(c.name, configs)
         self.placement.place(tid, c.replicas)
         return res
+
+    def _apply_add_partitions(self, e: LogEntry) -> topic_admin.CreatePartitionsResult:
+        """CreatePartitions of a placed topic: the new partitions and their data groups
+        in one entry (sink/state/placement_table.py). Applies only while the topic has
+        the entry's id and exactly `first` partitions, all placed: a replayed entry, or
+        one placed from a stale count, changes nothing (INVALID_PARTITIONS with the
+        topic as it is). Group ids come from the never-reused counter."""
+        try:
+            c = decode_add_partitions(e.data)
+        except ValueError as exc:
+            log.error("sink.apply refused add-partitions entry index=%d: %r", e.index, exc)
+            return topic_admin.CreatePartitionsResult(ErrorCode.invalid_request, None)
+        info = self.topic_by_id(c.topic_id)
+        if info is None or info.name != c.name:
+            return topic_admin.CreatePartitionsResult(ErrorCode.unknown_topic_or_partition, None)
+        tid = c.topic_id.hex
+        if len(self.placement.of_topic(tid)) != info.partitions:  # not a placed topic
+            log.error("sink.apply add-partitions of unplaced topic %r index=%d", c.name, e.index)
+            return topic_admin.CreatePartitionsResult(ErrorCode.invalid_request, info)
+        if c.first != info.partitions:
+            return topic_admin.CreatePartitionsResult(ErrorCode.invalid_partitions, info)
+        self.placement.place(tid, c.replicas, first=c.first)
+        new = info._replace(partitions=c.partitions)
+        self._add_topic(new)
+        return topic_admin.CreatePartitionsResult(ErrorCode.none, new)
 
     def apply_retention(self, now_ms: int) -> tuple[int | None, int]:
         """Retention by time and size (sink.topics.retention) with the topics' configs:

@@ -1,13 +1,18 @@
 """The controller's placement table: which data group hosts each partition, on which nodes.
 
-Written only by the controller command PLACE_TOPIC (tag b"W", "where"): a topic and
-the replica list of each of its partitions in ONE entry, so a topic never exists
+Written only by two controller commands, each ONE entry, so a partition never exists
 without its placement (partition groups, docs/partition-groups.md "Running with
 partition groups"). Applied by SinkStateMachine (the controller group, group 0).
 
-    PLACE_TOPIC  b"W" | JSON {"name": str, "partitions": int, "topic_id": hex,
-                              "configs": {config: value} (may be empty),
-                              "replicas": [[node, ...] per partition]}
+    PLACE_TOPIC     b"W" | JSON {"name": str, "partitions": int, "topic_id": hex,
+                                 "configs": {config: value} (may be empty),
+                                 "replicas": [[node, ...] per partition]}
+    ADD_PARTITIONS  b"N" | JSON {"name": str, "topic_id": hex, "partitions": int (the
+                                 new count), "replicas": [[node, ...] per NEW partition]}
+                    (CreatePartitions: partitions count - len(replicas) .. count - 1;
+                    applies only while the topic has that id and exactly
+                    count - len(replicas) partitions, so a replayed or raced entry
+                    changes nothing)
 
 Invariants (tests/unit/sink/test_placement_table.py):
 - group ids are allocated at apply time, in partition order, from next_group_id,
@@ -17,7 +22,9 @@ Invariants (tests/unit/sink/test_placement_table.py):
 - group 0 is the controller, never a data group (next_group_id starts at 1);
 - one partition per data group (packing several is a later option);
 - the table names only topics in the controller's topic table: DeleteTopics removes
-  the topic's rows in the same apply.
+  the topic's rows in the same apply;
+- a placed topic's partitions are exactly 0..P-1 of its TopicInfo, each in one group
+  (ADD_PARTITIONS appends P..count-1 and raises P in the same apply).
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 PLACE_TOPIC = 0x57  # "W"
+ADD_PARTITIONS = 0x4E  # "N"
 FIRST_DATA_GROUP = 1
+MAX_PARTITIONS = 2**31 - 1  # Kafka's partition ids are int32
 
 
 class PlaceTopicCmd(NamedTuple):
@@ -37,6 +46,20 @@ class PlaceTopicCmd(NamedTuple):
     topic_id: uuid.UUID
     configs: dict[str, str]
     replicas: list[tuple[int, ...]]
+
+
+class AddPartitionsCmd(NamedTuple):
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    """The topic's partition count once applied."""
+    replicas: list[tuple[int, ...]]
+    """One list per new partition, in partition order (first = preferred)."""
+
+    @property
+    def first(self) -> int:
+        """The first new partition: the count the topic must have when this applies."""
+        return self.partitions - len(self.replicas)
 
 
 class GroupPlacement(NamedTuple):
@@ -77,6 +100,63 @@ def decode_place_topic(data: bytes) -> PlaceTopicCmd:
     )
 
 
+def encode_add_partitions(
+    name: str, topic_id: uuid.UUID, partitions: int, replicas: Sequence[Sequence[int]]
+) -> bytes:
+    body = {
+        "name": name,
+        "topic_id": topic_id.hex,
+        "partitions": partitions,
+        "replicas": [list(r) for r in replicas],
+    }
+    return b"N" + json.dumps(body, separators=(",", ":")).encode()
+
+
+def _int(value: Any, what: str) -> int:
+    # bool is an int subclass: true/false in the JSON is malformed, not 1/0.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"ADD_PARTITIONS: {what} must be an integer, got {value!r}")
+    return value
+
+
+def decode_add_partitions(data: bytes) -> AddPartitionsCmd:
+    """Strict: anything but the exact shape above is a ValueError (the apply logs it and
+    changes nothing)."""
+    if not data or data[0] != ADD_PARTITIONS:
+        raise ValueError("ADD_PARTITIONS: wrong tag")
+    try:
+        body = json.loads(bytes(data[1:]))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"ADD_PARTITIONS: unreadable JSON: {exc}") from None
+    keys = {"name", "topic_id", "partitions", "replicas"}
+    if not isinstance(body, dict) or set(body) != keys:
+        raise ValueError(f"ADD_PARTITIONS: expected the keys {sorted(keys)}")
+    name, tid, raw = body["name"], body["topic_id"], body["replicas"]
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"ADD_PARTITIONS: bad topic name {name!r}")
+    if not isinstance(tid, str) or len(tid) != 32:
+        raise ValueError(f"ADD_PARTITIONS: bad topic id {tid!r}")
+    topic_id = uuid.UUID(hex=tid)  # ValueError if not hex
+    partitions = _int(body["partitions"], "partitions")
+    if not isinstance(raw, list) or not raw:
+        raise ValueError("ADD_PARTITIONS: replicas must be a non-empty list")
+    replicas: list[tuple[int, ...]] = []
+    for r in raw:
+        if not isinstance(r, list) or not r:
+            raise ValueError(f"ADD_PARTITIONS: a replica list must be non-empty, got {r!r}")
+        nodes = tuple(_int(n, "a node id") for n in r)
+        if min(nodes) < 1 or len(set(nodes)) != len(nodes):
+            raise ValueError(f"ADD_PARTITIONS: replica list {list(nodes)} (ids >= 1, once each)")
+        replicas.append(nodes)
+    if len({len(r) for r in replicas}) != 1:
+        raise ValueError(f"ADD_PARTITIONS: replica lists of different lengths {replicas}")
+    if not len(replicas) < partitions <= MAX_PARTITIONS:
+        raise ValueError(
+            f"ADD_PARTITIONS: {len(replicas)} new partition(s) cannot make {partitions}"
+        )
+    return AddPartitionsCmd(name, topic_id, partitions, replicas)
+
+
 class PlacementTable:
     """group id -> GroupPlacement, and (topic id hex, partition) -> group id."""
 
@@ -86,10 +166,15 @@ class PlacementTable:
         self.next_group_id = FIRST_DATA_GROUP
         self.version = 0  # rises with every change (watchers compare it)
 
-    def place(self, topic_id: str, replicas: Sequence[Sequence[int]]) -> list[int]:
-        """Allocate one group per partition (in order) -> their ids."""
+    def place(self, topic_id: str, replicas: Sequence[Sequence[int]], first: int = 0) -> list[int]:
+        """Allocate one group per partition first, first + 1, ... (in order) -> their
+        ids. A partition is in at most one group: if one of them is placed already,
+        ValueError and nothing changes."""
+        taken = [p for p in range(first, first + len(replicas)) if (topic_id, p) in self.by_part]
+        if taken:
+            raise ValueError(f"partitions {taken} of {topic_id} are already placed")
         out = []
-        for p, r in enumerate(replicas):
+        for p, r in enumerate(replicas, start=first):
             gid = self.next_group_id
             self.next_group_id += 1
             self.groups[gid] = GroupPlacement(gid, topic_id, p, tuple(r))

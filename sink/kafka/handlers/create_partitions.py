@@ -1,9 +1,10 @@
 """CreatePartitions: grow a topic through the log, on the Raft leader (the
 controller; a follower answers NOT_CONTROLLER). Fewer or as many partitions as the
 topic has -> INVALID_PARTITIONS; more than kafka.max_create_partitions ->
-INVALID_PARTITIONS; manual assignments are accepted and ignored (every node holds
-every partition); validate_only checks without changing anything. The topic id
-stays.
+INVALID_PARTITIONS; manual assignments are passed on: one group ignores them (every
+node holds every partition), partition groups honour them once checked (else
+INVALID_REPLICA_ASSIGNMENT; sink/node/grow_topic.py); validate_only checks without
+changing anything. The topic id stays.
 
 Authorization (as Kafka): ALTER on each topic; a topic the principal may not alter
 answers TOPIC_AUTHORIZATION_FAILED and is not grown, the others are."""
@@ -37,9 +38,16 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
             err, msg = ErrorCode.topic_authorization_failed, None
         elif ctx.lifecycle is None:
             err, msg = ErrorCode.unsupported_version, "partition creation is not served here"
-        else:
+        elif t.assignments is None:
             err, msg = await ctx.lifecycle.create_partitions(
                 t.name, t.count, bool(call.req.validate_only)
+            )
+        else:
+            err, msg = await ctx.lifecycle.create_partitions(
+                t.name,
+                t.count,
+                bool(call.req.validate_only),
+                [[int(b) for b in a.broker_ids] for a in t.assignments],
             )
         seen.add(t.name)
         out.append({"name": t.name, "error_code": err, "error_message": msg})
@@ -68,6 +76,7 @@ API = Api(
     error_response,
     summary=(
         "through the log on the leader (else NOT_CONTROLLER); fewer or equal -> "
-        "INVALID_PARTITIONS; validate_only; assignments ignored; topic id unchanged"
+        "INVALID_PARTITIONS; validate_only; assignments checked and honoured with partition "
+        "groups, ignored in one group; topic id unchanged"
     ),
 )

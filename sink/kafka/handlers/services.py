@@ -268,8 +268,16 @@ class TopicLifecycleAdmin(Protocol):
         ...
 
     async def create_partitions(
-        self, name: str, count: int, validate_only: bool
-    ) -> tuple[ErrorCode, str | None]: ...
+        self,
+        name: str,
+        count: int,
+        validate_only: bool,
+        assignments: Sequence[Sequence[int]] | None = None,
+    ) -> tuple[ErrorCode, str | None]:
+        """assignments: the request's replica lists of the new partitions (None: none
+        given)."""
+        ...
+
     async def delete_records(
         self, topic: str, partition: int, offset: int
     ) -> tuple[ErrorCode, int]: ...
