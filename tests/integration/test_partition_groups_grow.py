@@ -1,0 +1,240 @@
+"""CreatePartitions with partition groups on real processes: 3 `raftsink serve` nodes
+(cluster.partition_groups on), a topic of 3 partitions at replication factor 3 grown to 6
+with confluent-kafka's AdminClient (the same CreatePartitions kafka-topics --alter,
+KafkaJS and kcat send).
+
+- validate_only changes nothing; a shrink and an equal count answer INVALID_PARTITIONS
+  with Kafka's messages; an unknown topic UNKNOWN_TOPIC_OR_PARTITION;
+- after the grow, Metadata shows 6 partitions, each with a leader and 3 replicas, and
+  every node hosts 6 data groups (the reconciler started the new ones);
+- explicit assignments (kafka-topics --replica-assignment) are honoured as given, and a
+  bad one answers INVALID_REPLICA_ASSIGNMENT;
+- an idempotent acks=all producer writes to every partition; every record is read back
+  once, with dense offsets.
+Waits are on conditions with deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+from confluent_kafka import (  # noqa: E402
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewPartitions  # noqa: E402
+
+from sink.process_cluster import SinkProcessCluster  # noqa: E402
+from tests.integration.test_partition_groups import (  # noqa: E402
+    create_topic,
+    kafka_port,
+    metadata,
+    wait_for,
+)
+
+TOPIC = "grow"
+NODES = 3
+RF = 3
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = SinkProcessCluster(
+        str(tmp_path),
+        n=NODES,
+        partition_groups=True,
+        log_level="INFO",
+        # New groups' first leaders go to their preferred replicas (a hand-off, at most
+        # 3 tries); the leader balancer on test timings moves them there if those failed.
+        extra_args=[
+            "--cluster-leader-balance-interval-s",
+            "1",
+            "--cluster-leader-balance-return-delay-s",
+            "2",
+            "--cluster-leader-balance-mute-s",
+            "2",
+        ],
+    )
+    c.start()
+    try:
+        asyncio.run(c.wait_ready(timeout=120))
+        yield c
+    finally:
+        c.stop()
+
+
+def grow(
+    admin: AdminClient,
+    count: int,
+    *,
+    topic: str = TOPIC,
+    validate_only: bool = False,
+    assignments: list[list[int]] | None = None,
+) -> KafkaError | None:
+    """CreatePartitions -> None (done) or the Kafka error; retried while the controller
+    moves (NOT_CONTROLLER; a timeout's outcome is unknown, so after one the topic may
+    already have the count, which the caller's later checks see)."""
+    deadline = time.monotonic() + 60
+    while True:
+        new = (
+            NewPartitions(topic, count, assignments) if assignments else NewPartitions(topic, count)
+        )
+        fut = admin.create_partitions([new], validate_only=validate_only)[topic]
+        try:
+            fut.result(timeout=60)
+            return None
+        except KafkaException as exc:
+            err = exc.args[0]
+            retriable = (KafkaError.NOT_CONTROLLER, KafkaError.REQUEST_TIMED_OUT)
+            if err.code() not in retriable or time.monotonic() > deadline:
+                return err
+            print(f"create_partitions {topic} -> {count}: {err}; retrying")
+            time.sleep(0.2)
+
+
+def led_with_replicas(cluster: SinkProcessCluster, count: int):
+    """Every node's Metadata shows count partitions, each led, each with RF replicas."""
+
+    def ok() -> bool:
+        for node in cluster.alive():
+            seen = metadata(kafka_port(cluster, node), TOPIC)
+            if len(seen) != count or any(
+                lead <= 0 or len(set(reps)) != RF for lead, _, reps in seen.values()
+            ):
+                return False
+        return True
+
+    wait_for(ok, 60, lambda: f"{count} partitions led: {metadata(kafka_port(cluster, 1), TOPIC)}")
+
+
+def hosted(cluster: SinkProcessCluster) -> dict[int, int]:
+    out = {}
+    for node in cluster.alive():
+        st = asyncio.run(cluster.status(node, timeout=5.0)) or {}
+        out[node] = (st.get("data_groups") or {}).get("hosted", -1)
+    return out
+
+
+def test_grow_a_placed_topic_from_3_to_6_partitions_and_use_them(cluster):
+    create_topic(cluster, TOPIC, 3, RF)
+    led_with_replicas(cluster, 3)
+    # Metadata names leaders from the placement and the leaders table, so a node can
+    # answer it before its own reconciler started its replicas: wait for those too.
+    wait_for(lambda: set(hosted(cluster).values()) == {3}, 30, lambda: f"hosted {hosted(cluster)}")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+
+    # validate_only: answered as the real request would be, nothing changes.
+    assert grow(admin, 6, validate_only=True) is None
+    shrink = grow(admin, 2)
+    assert shrink is not None and shrink.code() == KafkaError.INVALID_PARTITIONS, shrink
+    assert "The topic grow currently has 3 partition(s); 2 would not be an increase." in (
+        shrink.str()
+    )
+    same = grow(admin, 3)
+    assert same is not None and same.code() == KafkaError.INVALID_PARTITIONS, same
+    assert "Topic already has 3 partition(s)." in same.str()
+    unknown = grow(admin, 4, topic="nope")
+    assert unknown is not None and unknown.code() == KafkaError.UNKNOWN_TOPIC_OR_PART, unknown
+    assert len(metadata(kafka_port(cluster, 1), TOPIC)) == 3
+    assert set(hosted(cluster).values()) == {3}  # validate_only started no group
+
+    assert grow(admin, 6) is None
+    led_with_replicas(cluster, 6)
+    wait_for(lambda: set(hosted(cluster).values()) == {6}, 30, lambda: f"hosted {hosted(cluster)}")
+    # The new partitions continue the stripe: every node is the preferred replica of 2 of
+    # the 6, and leadership spreads over all 3 nodes.
+    md = metadata(kafka_port(cluster, 1), TOPIC)
+    preferred = sorted(reps[0] for _, _, reps in md.values())
+    assert preferred == [1, 1, 2, 2, 3, 3], md
+
+    def leaders() -> dict[int, int]:
+        return {p: v[0] for p, v in metadata(kafka_port(cluster, 1), TOPIC).items()}
+
+    wait_for(lambda: set(leaders().values()) == {1, 2, 3}, 60, lambda: f"leaders {leaders()}")
+
+    # Explicit assignments: a bad one is refused whole, a good one is placed as given.
+    bad = grow(admin, 7, assignments=[[1, 2, 9]])
+    assert bad is not None and bad.code() == KafkaError.INVALID_REPLICA_ASSIGNMENT, bad
+    assert grow(admin, 7, assignments=[[2, 3, 1]]) is None
+    led_with_replicas(cluster, 7)
+    assert metadata(kafka_port(cluster, 1), TOPIC)[6][2] == [2, 3, 1]
+    md = metadata(kafka_port(cluster, 1), TOPIC)
+    print("leader, replicas:", {p: (v[0], v[2]) for p, v in sorted(md.items())})
+
+    partitions = 7
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 2,
+            "message.timeout.ms": 60_000,
+            "metadata.max.age.ms": 1_000,
+        }
+    )
+    acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    failed: list[str] = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            failed.append(str(err))
+        else:
+            acked[msg.partition()].append(msg.value())
+
+    sent = 0
+    for i in range(700):
+        producer.produce(
+            TOPIC, value=f"v{i}".encode(), partition=i % partitions, on_delivery=on_delivery
+        )
+        sent += 1
+        producer.poll(0)
+    assert producer.flush(60) == 0, "records still in flight after 60 s"
+    assert not failed, f"{len(failed)} deliveries failed, first: {failed[0]}"
+    assert sum(len(v) for v in acked.values()) == sent
+    assert all(len(acked[p]) == sent // partitions for p in range(partitions)), acked.keys()
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "grow-check",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(partitions)])
+    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+
+    def read_more(_timeout: float) -> None:
+        msg = consumer.poll(0.2)
+        if msg is not None:
+            if msg.error() is not None:
+                raise KafkaException(msg.error())
+            got[msg.partition()].append((msg.offset(), msg.value()))
+
+    wait_for(
+        lambda: all(len(got[p]) >= len(acked[p]) for p in range(partitions)),
+        60,
+        lambda: f"consumed {[len(got[p]) for p in got]}",
+        read_more,
+    )
+    consumer.close()
+    for p in range(partitions):
+        offsets = [o for o, _ in got[p]]
+        assert offsets == list(range(len(acked[p]))), f"partition {p}: offsets {offsets[:5]}..."
+        assert sorted(v for _, v in got[p]) == sorted(acked[p]), f"partition {p}"
+    # ListOffsets of the new partitions: their end offsets are what was written.
+    check = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "x"})
+    try:
+        ends = [
+            check.get_watermark_offsets(TopicPartition(TOPIC, p), 10) for p in range(partitions)
+        ]
+    finally:
+        check.close()
+    assert ends == [(0, len(acked[p])) for p in range(partitions)], ends
