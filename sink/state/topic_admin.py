@@ -58,6 +58,11 @@ def apply_create_partitions(
     info = fsm.topic(c.name)
     if info is None:
         return CreatePartitionsResult(ErrorCode.unknown_topic_or_partition, None)
+    if fsm.placement.of_topic(info.topic_id.hex):
+        # A placed topic (partition groups) grows only by ADD_PARTITIONS, which places
+        # the new partitions' groups; this one-group entry would add partitions no group
+        # hosts. Nothing proposes it for such a topic: refused if a node ever did.
+        return CreatePartitionsResult(ErrorCode.invalid_request, info)
     if c.count <= info.partitions:
         return CreatePartitionsResult(ErrorCode.invalid_partitions, info)
     for p in range(info.partitions, c.count):

@@ -472,3 +472,17 @@ def test_the_handler_passes_the_requests_assignments_on():
     r = call(node, 37, 3, values)
     assert [int(x.error_code) for x in r.results] == [0, 0]
     assert seen == [("a", 3, True, [[2, 1]]), ("b", 2, True, None)]
+
+
+def test_the_one_group_grow_entry_is_refused_for_a_placed_topic():
+    """Only ADD_PARTITIONS grows a placed topic (it places the new groups); the
+    one-group entry would add partitions that no data group hosts."""
+    c = placed(3)
+    before = state_of(c.fsm)
+    res = c.apply(admin_commands.encode_create_partitions("t", 5))
+    assert res.error == ErrorCode.invalid_request
+    assert c.fsm.topic("t").partitions == 3 and not c.fsm.has_partition("t", 3)
+    after = state_of(c.fsm)
+    assert {k: v for k, v in after.items() if k != "applied"} == {
+        k: v for k, v in before.items() if k != "applied"
+    }
