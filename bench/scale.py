@@ -14,7 +14,11 @@ One run, on 127.0.0.1 (`raftsink serve` processes, sink.process_cluster):
 (3) CPU-seconds per GB ingested (all node processes' CPU / bytes acknowledged) with 3, 5
     and 7 node processes, the same workload: cpu_s_per_gb_{3,5,7}; with partition groups
     the replication factor stays 3 so this should stay flat (target: 7 <= 1.1 x 3); with
-    one group every node replicates everything and it grows with the nodes.
+    one group every node replicates everything and it grows with the nodes. Also
+    cpu_s_per_gb_above_idle_{3,5,7}: the same less each cluster's idle CPU rate (3 s
+    measured after the warm-up) over the produce phase, which separates the fixed cost
+    per node process (ticks, the controller group, leaders-table polls) from the cost
+    per record; printed beside the target, never in its place.
 (4) a projection of throughput on N machines of K cores from the measured CPU per record
     (printed as a Markdown table, `--table-only` reprints it from a JSON line; the
     assumptions are printed with it and in docs/partition-groups.md).
@@ -51,6 +55,8 @@ GB = 1e9
 TOPIC = "scale"
 QUOTA_CORES = 0.5
 WARMUP_RECORDS = 10_000
+IDLE_S = 3.0
+"""Idle CPU measured this long after the warm-up, before the produce phase."""
 """Written before each measured run, unmeasured (topic creation, first elections)."""
 
 
@@ -90,6 +96,11 @@ def run_cluster(base: str, nodes: int, groups: bool, records: int, quota: bool) 
         t0 = time.perf_counter()
         kcat_throughput(c.bootstrap_servers, TOPIC, SIZE, WARMUP_RECORDS, base)
         warmup_s = time.perf_counter() - t0
+        # The idle rate (ticks, the controller group, leaders-table polls: a fixed cost
+        # per node process), to report CPU per GB above it beside the total.
+        i0, t_idle = cpu_seconds(list(pids.values())), time.perf_counter()
+        time.sleep(IDLE_S)
+        idle_rate = (cpu_seconds(list(pids.values())) - i0) / (time.perf_counter() - t_idle)
         before = {i: cpu_seconds([p]) for i, p in pids.items()}
         load0 = loadavg()
         r = kcat_throughput(c.bootstrap_servers, TOPIC, SIZE, records, base)
@@ -122,6 +133,10 @@ def run_cluster(base: str, nodes: int, groups: bool, records: int, quota: bool) 
         "cpu_us_per_record": round(total / r["records"] * 1e6, 1),
         "busiest_cpu_us_per_record": round(max(cpu.values()) / r["records"] * 1e6, 1),
         "cpu_s_per_gb": round(total / (r["records"] * SIZE / GB), 1),
+        "idle_cpu_pct_cluster": round(idle_rate * 100, 1),
+        "cpu_s_per_gb_above_idle": round(
+            (total - idle_rate * r["seconds"]) / (r["records"] * SIZE / GB), 1
+        ),
         "loadavg": f"{load0} -> {loadavg()}",
         "warmup_s": round(warmup_s, 2),
     }
@@ -130,6 +145,7 @@ def run_cluster(base: str, nodes: int, groups: bool, records: int, quota: bool) 
         f"{f', capped at {QUOTA_CORES} core each ({cap.kind})' if cap else ''}: "
         f"{out['records_per_s']:.0f} records/s, CPU s per node {out['cpu_s_per_node']}, "
         f"busiest share {out['busiest_node_cpu_share']}, {out['cpu_s_per_gb']} CPU s/GB "
+        f"({out['cpu_s_per_gb_above_idle']} above the idle {out['idle_cpu_pct_cluster']} %) "
         f"(load {out['loadavg']})",
         flush=True,
     )
@@ -239,6 +255,7 @@ def main() -> int:
             if n not in per_n:
                 per_n[n] = run_cluster(os.path.join(root, f"n{n}"), n, bool(flag), records, False)
             fig[f"cpu_s_per_gb_{n}"] = per_n[n]["cpu_s_per_gb"]
+            fig[f"cpu_s_per_gb_above_idle_{n}"] = per_n[n]["cpu_s_per_gb_above_idle"]
         fig["cpu_s_per_gb_partition_groups"] = bool(flag)
         fig["cpu_us_per_record_3"] = per_n[3]["cpu_us_per_record"]
         fig["busiest_cpu_us_per_record_3"] = off["busiest_cpu_us_per_record"]
@@ -280,6 +297,9 @@ def main() -> int:
         "idle_cpu_pct_per_node_1000_groups <= 10": fig.get("idle_cpu_pct_per_node_1000_groups"),
     }
     print("targets (figure; null: not measured): " + json.dumps(targets))
+    if "cpu_s_per_gb_above_idle_7" in fig and fig.get("cpu_s_per_gb_above_idle_3"):
+        ratio = fig["cpu_s_per_gb_above_idle_7"] / fig["cpu_s_per_gb_above_idle_3"]
+        print(f"beside it: CPU per GB above idle, 7 / 3 node processes: {ratio:.3f}")
     fig["loadavg_end"] = loadavg()
     print(json.dumps(fig, sort_keys=True), flush=True)
     return 0
