@@ -118,10 +118,6 @@ def _cluster(op: Operation) -> Callable[[Any], list[Need]]:
     return lambda req: [(CLUSTER, CLUSTER_NAME, op)]
 
 
-def _topics(op: Operation, attr: str = "name") -> Callable[[Any], list[Need]]:
-    return lambda req: [(TOPIC, getattr(t, attr), op) for t in req.topics]
-
-
 def _find_coordinator(req: Any) -> list[Need]:
     keys = getattr(req, "coordinator_keys", None) or [getattr(req, "key", "")]
     rtype = TXN if int(req.key_type) == 1 else GROUP
@@ -138,7 +134,6 @@ GATES: dict[int, Callable[[Any], list[Need]]] = {
         (OffsetCommitRequest, _group(Operation.READ)),  # its topics: in the handler
         (FindCoordinatorRequest, _find_coordinator),
         (OffsetDeleteRequest, _group(Operation.DELETE)),  # its topics: in the handler
-        (OffsetForLeaderEpochRequest, _topics(Operation.DESCRIBE, "topic")),
         (DescribeClusterRequest, _cluster(Operation.DESCRIBE)),
         (DescribeLogDirsRequest, _cluster(Operation.DESCRIBE)),
         (DescribeClientQuotasRequest, _cluster(Operation.DESCRIBE_CONFIGS)),
@@ -182,11 +177,12 @@ CHECKED_IN_HANDLER = frozenset(
         DescribeProducersRequest,
         DescribeGroupsRequest,
         DeleteGroupsRequest,
+        OffsetForLeaderEpochRequest,
     )
 ) | frozenset({0, 1, 2, 3, 16, 19, 20})
 """Produce, Fetch, ListOffsets, Metadata, ListGroups, CreateTopics, DeleteTopics, the
 config APIs, OffsetFetch, CreatePartitions, DeleteRecords, DescribeProducers,
-DescribeGroups and DeleteGroups: the handlers check each item themselves
+DescribeGroups, DeleteGroups and OffsetForLeaderEpoch: the handlers check each item themselves
 (OffsetCommit's and OffsetDelete's topics too, their group in the gate)."""
 OPEN = frozenset({17, 18, 36})
 """SaslHandshake, ApiVersions, SaslAuthenticate: answered to anyone (Kafka's too)."""

@@ -16,7 +16,8 @@ NOT_LEADER_OR_FOLLOWER;
 unknown partition -> UNKNOWN_TOPIC_OR_PARTITION; current_leader_epoch (when not -1)
 older than the term -> FENCED_LEADER_EPOCH, newer -> UNKNOWN_LEADER_EPOCH (the client
 refreshes Metadata); a new leader whose own-term entry is not applied yet ->
-OFFSET_NOT_AVAILABLE (retriable). v0-1 were removed in Kafka 4.0; no client sends
+OFFSET_NOT_AVAILABLE (retriable); a topic the principal may not DESCRIBE (ACLs on) ->
+TOPIC_AUTHORIZATION_FAILED for its partitions, the other topics answered. v0-1 were removed in Kafka 4.0; no client sends
 them (librdkafka v2, the Java client v3+, kafka-python the broker's maximum).
 """
 
@@ -27,10 +28,12 @@ from typing import Any
 
 from kio.schema.offset_for_leader_epoch.v4.request import OffsetForLeaderEpochRequest
 
+from sink.kafka.authorize import topic_denied
 from sink.kafka.handlers.api import Api, Call, Response, answered
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
+from sink.security.acl import Operation
 
 
 def _answer(ctx: HandlerContext, topic: str, p: Any) -> dict[str, Any]:
@@ -59,10 +62,16 @@ def _entry(partition: int, err: ErrorCode, epoch: int = -1, end: int = -1) -> di
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
-    topics = [
-        {"topic": t.topic, "partitions": [_answer(ctx, t.topic, p) for p in t.partitions]}
-        for t in call.req.topics
-    ]
+    topics = []
+    for t in call.req.topics:
+        if topic_denied(ctx, call, Operation.DESCRIBE, t.topic):
+            # Per topic, as Kafka: the topics the principal may describe are answered.
+            parts = [
+                _entry(p.partition, ErrorCode.topic_authorization_failed) for p in t.partitions
+            ]
+        else:
+            parts = [_answer(ctx, t.topic, p) for p in t.partitions]
+        topics.append({"topic": t.topic, "partitions": parts})
     return answered(_encode(call.version, call.corr, topics))
 
 

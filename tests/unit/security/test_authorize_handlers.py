@@ -337,3 +337,24 @@ def test_metadata_and_describe_cluster_authorized_operations():
     assert _call(node, 60, 1, dc).cluster_authorized_operations == 1 << 8
     dc["include_cluster_authorized_operations"] = False
     assert _call(node, 60, 1, dc).cluster_authorized_operations == -(2**31)
+
+
+def test_offset_for_leader_epoch_refuses_only_the_denied_topic():
+    """Per topic, as Kafka: DESCRIBE on "t" lets its partitions be answered while "u"'s
+    get TOPIC_AUTHORIZATION_FAILED (the whole request used to be refused)."""
+    node = _with_topics(_allow("t", Operation.DESCRIBE))
+    values = {
+        "replica_id": -1,
+        "topics": [
+            {
+                "topic": name,
+                "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 1}],
+            }
+            for name in ("t", "u")
+        ],
+    }
+    r = _call(node, 23, 4, values)
+    got = {t.topic: int(t.partitions[0].error_code) for t in r.topics}
+    assert got["u"] == 29
+    t = next(x for x in r.topics if x.topic == "t").partitions[0]
+    assert (got["t"], t.end_offset) == (0, 3), (got, t)
