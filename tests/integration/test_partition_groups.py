@@ -24,10 +24,17 @@ import pytest
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from sink.process_cluster import SinkProcessCluster  # noqa: E402
 from tests.helpers.kafka_wire import request  # noqa: E402
+from tests.helpers.partition_groups import (  # noqa: E402
+    create_topic,
+    groups_cluster,
+    kafka_port,
+    metadata,
+    wait_for,
+)
 from tests.unit.sink.batches import make_batch  # noqa: E402
 
 TOPIC = "pg"
@@ -37,43 +44,6 @@ NODES = 5
 FAILOVER_DEADLINE_S = 30.0
 """Leadership of every group the killed node led must move within this (loaded CI; the
 issue's target on a quiet machine is 2 s, printed, not asserted here)."""
-
-
-def wait_for(cond, timeout: float, what, poll=None) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            detail = what() if callable(what) else what
-            raise AssertionError(f"timed out waiting for {detail}")
-        if poll is not None:
-            poll(0.05)
-        else:
-            time.sleep(0.05)
-
-
-def metadata(port: int, topic: str) -> dict[int, tuple[int, int, list[int]]]:
-    """partition -> (leader, leader epoch, replicas) as the node at port answers."""
-    md = request(
-        port,
-        3,
-        8,
-        {
-            "topics": [{"name": topic}],
-            "allow_auto_topic_creation": False,
-            "include_cluster_authorized_operations": False,
-            "include_topic_authorized_operations": False,
-        },
-    )
-    out = {}
-    for t in md.topics:
-        if t.name == topic and t.error_code == 0:
-            for p in t.partitions:
-                out[p.partition_index] = (p.leader_id, p.leader_epoch, list(p.replica_nodes))
-    return out
-
-
-def kafka_port(cluster: SinkProcessCluster, node: int) -> int:
-    return int(cluster.peers[node].kafka.rsplit(":", 1)[1])
 
 
 def leaders_seen(cluster: SinkProcessCluster, node: int) -> dict[int, int]:
@@ -123,51 +93,8 @@ def produce_v10(port: int, topic: str, partition: int):
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = SinkProcessCluster(
-        str(tmp_path),
-        n=NODES,
-        partition_groups=True,
-        log_level="INFO",
-        # The leader balancer on test timings (defaults: a round every 10 s, a returning
-        # replica waits 30 s): a restarted node gets its share back within the test.
-        extra_args=[
-            "--cluster-leader-balance-interval-s",
-            "1",
-            "--cluster-leader-balance-return-delay-s",
-            "2",
-        ],
-    )
-    c.start()
-    try:
-        asyncio.run(c.wait_ready(timeout=120))
+    with groups_cluster(str(tmp_path), NODES) as c:
         yield c
-    finally:
-        c.stop()
-
-
-def create_topic(cluster: SinkProcessCluster, name: str, partitions: int, rf: int) -> None:
-    """CreateTopics, retried while the controller moves (NOT_CONTROLLER, a timeout: the
-    outcome is unknown, so TOPIC_ALREADY_EXISTS after such a retry means created)."""
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    retriable = (
-        confluent_kafka.KafkaError.NOT_CONTROLLER,
-        confluent_kafka.KafkaError.REQUEST_TIMED_OUT,
-    )
-    retried = False
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            admin.create_topics([NewTopic(name, partitions, rf)])[name].result(timeout=60)
-            return
-        except KafkaException as exc:
-            code = exc.args[0].code()
-            if retried and code == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
-                return
-            if code not in retriable or time.monotonic() > deadline:
-                raise
-            print(f"create {name}: {exc}; retrying")
-            retried = True
-            time.sleep(0.2)
 
 
 def test_five_nodes_rf3_kill_the_busiest_leader_every_ack_read_once(cluster):

@@ -32,8 +32,9 @@ from confluent_kafka import (  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewPartitions  # noqa: E402
 
 from sink.process_cluster import SinkProcessCluster  # noqa: E402
-from tests.integration.test_partition_groups import (  # noqa: E402
+from tests.helpers.partition_groups import (  # noqa: E402
     create_topic,
+    groups_cluster,
     kafka_port,
     metadata,
     wait_for,
@@ -46,28 +47,10 @@ RF = 3
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = SinkProcessCluster(
-        str(tmp_path),
-        n=NODES,
-        partition_groups=True,
-        log_level="INFO",
-        # New groups' first leaders go to their preferred replicas (a hand-off, at most
-        # 3 tries); the leader balancer on test timings moves them there if those failed.
-        extra_args=[
-            "--cluster-leader-balance-interval-s",
-            "1",
-            "--cluster-leader-balance-return-delay-s",
-            "2",
-            "--cluster-leader-balance-mute-s",
-            "2",
-        ],
-    )
-    c.start()
-    try:
-        asyncio.run(c.wait_ready(timeout=120))
+    # New groups' first leaders go to their preferred replicas (a hand-off, at most 3
+    # tries); the balancer on test timings moves them there if those failed.
+    with groups_cluster(str(tmp_path), NODES, ["--cluster-leader-balance-mute-s", "2"]) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def grow(
@@ -115,10 +98,20 @@ def led_with_replicas(cluster: SinkProcessCluster, count: int):
 
 
 def hosted(cluster: SinkProcessCluster) -> dict[int, int]:
-    out = {}
-    for node in cluster.alive():
-        st = asyncio.run(cluster.status(node, timeout=5.0)) or {}
-        out[node] = (st.get("data_groups") or {}).get("hosted", -1)
+    """node -> data groups it hosts (its read API Status; asked again until every live
+    node answers: a Status can time out on a loaded machine, which says nothing about
+    the groups)."""
+    out: dict[int, int] = {}
+
+    def ask() -> bool:
+        for node in cluster.alive():
+            if node not in out:
+                st = asyncio.run(cluster.status(node, timeout=5.0))
+                if st is not None:
+                    out[node] = (st.get("data_groups") or {}).get("hosted", -1)
+        return len(out) == len(cluster.alive())
+
+    wait_for(ask, 60, lambda: f"a Status from every node: {out}")
     return out
 
 

@@ -1,0 +1,109 @@
+"""Helpers of the partition-groups integration tests (real `raftsink serve` processes
+with `cluster.partition_groups` on): a cluster on test timings, Metadata as a node
+answers it, CreateTopics retried while the controller moves."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+
+import confluent_kafka
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sink.process_cluster import SinkProcessCluster
+from tests.helpers.kafka_wire import request
+
+BALANCE_ON_TEST_TIMINGS = [
+    "--cluster-leader-balance-interval-s",
+    "1",
+    "--cluster-leader-balance-return-delay-s",
+    "2",
+]
+"""The leader balancer on test timings (defaults: a round every 10 s, a returning replica
+waits 30 s): a restarted node gets its share back, and a new group whose first hand-off
+to its preferred replica failed is moved there, within a test."""
+
+
+@contextlib.contextmanager
+def groups_cluster(
+    base: str, nodes: int, extra_args: Sequence[str] = ()
+) -> Iterator[SinkProcessCluster]:
+    """`nodes` processes with partition groups on, ready (a leader), stopped after."""
+    c = SinkProcessCluster(
+        base,
+        n=nodes,
+        partition_groups=True,
+        log_level="INFO",
+        extra_args=[*BALANCE_ON_TEST_TIMINGS, *extra_args],
+    )
+    c.start()
+    try:
+        asyncio.run(c.wait_ready(timeout=120))
+        yield c
+    finally:
+        c.stop()
+
+
+def wait_for(cond, timeout: float, what, poll=None) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            detail = what() if callable(what) else what
+            raise AssertionError(f"timed out waiting for {detail}")
+        if poll is not None:
+            poll(0.05)
+        else:
+            time.sleep(0.05)
+
+
+def metadata(port: int, topic: str) -> dict[int, tuple[int, int, list[int]]]:
+    """partition -> (leader, leader epoch, replicas) as the node at port answers."""
+    md = request(
+        port,
+        3,
+        8,
+        {
+            "topics": [{"name": topic}],
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+    out = {}
+    for t in md.topics:
+        if t.name == topic and t.error_code == 0:
+            for p in t.partitions:
+                out[p.partition_index] = (p.leader_id, p.leader_epoch, list(p.replica_nodes))
+    return out
+
+
+def kafka_port(cluster: SinkProcessCluster, node: int) -> int:
+    return int(cluster.peers[node].kafka.rsplit(":", 1)[1])
+
+
+def create_topic(cluster: SinkProcessCluster, name: str, partitions: int, rf: int) -> None:
+    """CreateTopics, retried while the controller moves (NOT_CONTROLLER, a timeout: the
+    outcome is unknown, so TOPIC_ALREADY_EXISTS after such a retry means created)."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    retriable = (
+        confluent_kafka.KafkaError.NOT_CONTROLLER,
+        confluent_kafka.KafkaError.REQUEST_TIMED_OUT,
+    )
+    retried = False
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            admin.create_topics([NewTopic(name, partitions, rf)])[name].result(timeout=60)
+            return
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if retried and code == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if code not in retriable or time.monotonic() > deadline:
+                raise
+            print(f"create {name}: {exc}; retrying")
+            retried = True
+            time.sleep(0.2)
