@@ -337,13 +337,49 @@ class SinkService:
             # Below the disk reserve: refused before anything is proposed. Retriable:
             # librdkafka, the Java client and KafkaJS retry KAFKA_STORAGE_ERROR.
             return _done(loop, ProduceResult(ErrorCode.kafka_storage_error, -1, -1))
-        futs: list[asyncio.Future] = []
-        mv = memoryview(records)
         policy = self.fsm.topic_configs.policy(topic)
         if any(b.size > policy.max_message_bytes for b in batches):
             # Kafka: a batch above max.message.bytes is RecordTooLargeException.
             return _done(loop, ProduceResult(ErrorCode.message_too_large, -1, -1))
-        now_ms = int(time.time() * 1000) if policy.log_append_time else 0
+        fsm = self.fsm
+        return self.propose_batches(
+            loop,
+            topic,
+            partition,
+            records,
+            batches,
+            policy.log_append_time,
+            lambda b: fsm.producers.check(
+                b.producer_id, topic, partition, b.producer_epoch, b.base_sequence, b.last_sequence
+            ),
+            lambda: fsm.log_start_offset(topic, partition),
+            lambda b, batch: cmd.encode_produce(
+                topic, partition, b.producer_id, b.producer_epoch, b.base_sequence, batch
+            ),
+        )
+
+    def propose_batches(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        topic: str,
+        partition: int,
+        records: bytes | memoryview,
+        batches: Sequence[BatchHeader],
+        log_append_time: bool,
+        check: Callable[[BatchHeader], Any],
+        log_start: Callable[[], int],
+        encode: Callable[[BatchHeader, bytes | memoryview], bytes],
+        group: Any = None,
+    ) -> asyncio.Future:
+        """The produce loop of one topic-partition, shared by one group (group None) and
+        partition groups (group: the partition's data group; sink/node/routing.py): each
+        validated batch is answered from a retry in flight, answered as a committed
+        duplicate (check(b).duplicate: its idempotent producer state says so; log_start()
+        for the answer), or stamped (LogAppendTime) and proposed as encode(b, batch).
+        Proposing happens in call order. -> a ProduceResult future (the first batch's)."""
+        now_ms = int(time.time() * 1000) if log_append_time else 0
+        mv = memoryview(records)
+        futs: list[asyncio.Future] = []
         for b in batches:
             key = None
             if b.producer_id >= 0:
@@ -353,27 +389,16 @@ class SinkService:
                     self.inflight_duplicates += 1
                     futs.append(pending)
                     continue
-                verdict = self.fsm.producers.check(
-                    b.producer_id,
-                    topic,
-                    partition,
-                    b.producer_epoch,
-                    b.base_sequence,
-                    b.last_sequence,
-                )
+                verdict = check(b)
                 if verdict.duplicate:  # already committed: answer without a log entry
                     self.committed_duplicates += 1
-                    start = self.fsm.log_start_offset(topic, partition)
-                    result = ProduceResult(ErrorCode.none, verdict.base_offset, start, True)
+                    result = ProduceResult(ErrorCode.none, verdict.base_offset, log_start(), True)
                     futs.append(_done(loop, result))
                     continue
             batch = mv[b.start : b.start + b.size]
-            if policy.log_append_time:  # the leader's clock, in the entry: same on every node
+            if log_append_time:  # the leader's clock, in the entry: same on every node
                 batch = stamp_log_append_time(batch, now_ms)
-            data = cmd.encode_produce(
-                topic, partition, b.producer_id, b.producer_epoch, b.base_sequence, batch
-            )
-            futs.append(self._propose_produce(loop, data, key, b.producer_epoch))
+            futs.append(self._propose_produce(loop, encode(b, batch), key, b.producer_epoch, group))
         if len(futs) == 1:
             return futs[0]
         return loop.create_task(self._first_result(futs))

@@ -25,7 +25,6 @@ the role it reports names the leader it knows (the handlers put it in the answer
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,7 +41,6 @@ from sink.state import CreateTopicResult, ProduceResult
 from sink.state import data_commands as dcmd
 from sink.state.placement_table import encode_add_partitions, encode_place_topic
 from sink.topics.configs import TopicConfigError, validate_all
-from sink.topics.stamp import stamp_log_append_time
 
 _NO_GROUP = -1
 
@@ -149,42 +147,23 @@ class PartitionRouting:
         policy = h.fsm.policy(tid)
         if any(b.size > policy.max_message_bytes for b in batches):
             return _done(loop, ProduceResult(ErrorCode.message_too_large, -1, -1))
-        now_ms = int(time.time() * 1000) if policy.log_append_time else 0
-        mv = memoryview(records)
-        futs: list[asyncio.Future] = []
-        for b in batches:
-            key = None
-            if b.producer_id >= 0:
-                key = (b.producer_id, topic, partition, b.base_sequence, b.last_sequence)
-                pending = svc._inflight.get(key)
-                if pending is not None:  # retry of an uncommitted original: share its answer
-                    svc.inflight_duplicates += 1
-                    futs.append(pending)
-                    continue
-                verdict = h.fsm.check_producer(
-                    tid,
-                    partition,
-                    b.producer_id,
-                    b.producer_epoch,
-                    b.base_sequence,
-                    b.last_sequence,
-                )
-                if verdict.duplicate:  # already committed: answer without a log entry
-                    svc.committed_duplicates += 1
-                    start = h.fsm.log_start_offset(tid, partition)
-                    result = ProduceResult(ErrorCode.none, verdict.base_offset, start, True)
-                    futs.append(_done(loop, result))
-                    continue
-            batch = mv[b.start : b.start + b.size]
-            if policy.log_append_time:
-                batch = stamp_log_append_time(batch, now_ms)
-            data = dcmd.encode_produce_to(
+        fsm = h.fsm
+        return svc.propose_batches(
+            loop,
+            topic,
+            partition,
+            records,
+            batches,
+            policy.log_append_time,
+            lambda b: fsm.check_producer(
+                tid, partition, b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence
+            ),
+            lambda: fsm.log_start_offset(tid, partition),
+            lambda b, batch: dcmd.encode_produce_to(
                 tid, partition, b.producer_id, b.producer_epoch, b.base_sequence, batch
-            )
-            futs.append(svc._propose_produce(loop, data, key, b.producer_epoch, group=h.group))
-        if len(futs) == 1:
-            return futs[0]
-        return loop.create_task(svc._first_result(futs))
+            ),
+            group=h.group,
+        )
 
     # ----------------------------------------------------- partition admin
 
