@@ -51,6 +51,19 @@ NODE_WRAPPER = "chaos.node"
 """The module nodes run as: `raftsink serve` plus the disk-stall hook."""
 
 
+def log_dirs(data_dir: str) -> list[str]:
+    """The log directories of a node: DATA_DIR/log (one group), or every directory under
+    DATA_DIR/groups holding segments (partition groups: one log per group)."""
+    one = os.path.join(data_dir, "log")
+    if os.path.isdir(one):
+        return [one]
+    out = set()
+    for root, _, files in os.walk(os.path.join(data_dir, "groups")):
+        if any(f.endswith(".seg") for f in files):
+            out.add(root)
+    return sorted(out)
+
+
 def link(i: int, j: int) -> str:
     return f"{i}-{j}"
 
@@ -62,11 +75,15 @@ class ChaosCluster(SinkProcessCluster):
         n: int = 3,
         default_partitions: int = 1,
         secure: bool = False,
+        partition_groups: bool = False,
         **kw,
     ) -> None:
         """secure: TLS everywhere, SASL_SSL clients, authorization on (chaos/secure.py);
-        `self.security` then holds the certificates and the clients' settings."""
+        `self.security` then holds the certificates and the clients' settings.
+        partition_groups: a Raft group per partition plus the controller
+        (docs/partition-groups.md); every pair of nodes gets its proxy links either way."""
         self.security: SecureSetup | None = None
+        self.partition_groups = partition_groups
         if secure:
             os.makedirs(base_dir, exist_ok=True)
             self.security = SecureSetup.make(base_dir, n)
@@ -75,7 +92,12 @@ class ChaosCluster(SinkProcessCluster):
             kw["authorization"] = True
         # Nodes run through the disk-stall wrapper and reach each other via the proxy.
         super().__init__(
-            base_dir, n=n, default_partitions=default_partitions, node_wrapper=NODE_WRAPPER, **kw
+            base_dir,
+            n=n,
+            default_partitions=default_partitions,
+            node_wrapper=NODE_WRAPPER,
+            partition_groups=partition_groups,
+            **kw,
         )
         if self.security is not None:
             for i, node in self.nodes.items():
@@ -205,19 +227,30 @@ class ChaosCluster(SinkProcessCluster):
             if i not in self.damaged:
                 return "already repaired"
             self.kill(i)
-            log_dir = os.path.join(self.nodes[i].data_dir, "log")
-            report = verify_data_dir(log_dir) if os.path.isdir(log_dir) else None
-            if report is not None and report.repair_plan() is not None:
-                self.repairs += 1
-                at = schedule_repair(log_dir, report)
-                what = f"verify found damage: repair from entry {at} scheduled ({report.repair()})"
-            elif report is not None and not report.ok:
+            done: list[str] = []
+            replace = False
+            # one log (DATA_DIR/log), or one per group with partition groups
+            for log_dir in log_dirs(self.nodes[i].data_dir):
+                report = verify_data_dir(log_dir)
+                name = os.path.relpath(log_dir, self.nodes[i].data_dir)
+                if report.repair_plan() is not None:
+                    self.repairs += 1
+                    at = schedule_repair(log_dir, report)
+                    done.append(
+                        f"{name}: verify found damage: repair from entry {at} scheduled "
+                        f"({report.repair()})"
+                    )
+                elif not report.ok:
+                    replace = True
+                    done.append(f"{name}: verify found {len(report.problems)} problem(s)")
+            if replace:  # a log verify cannot keep any of: the node starts empty
                 data_dir = self.nodes[i].data_dir
                 self.repairs += 1
                 shutil.move(data_dir, f"{data_dir}.damaged-{self.repairs}")
-                what = f"verify found {len(report.problems)} problem(s), no log to keep: replaced"
-            else:
-                what = "verify found nothing (damage cut as a torn tail or compacted)"
+                done.append("no log to keep: replaced")
+            what = (
+                "; ".join(done) or "verify found nothing (damage cut as a torn tail or compacted)"
+            )
             self.damaged.discard(i)
             self.start(i)
             return what
