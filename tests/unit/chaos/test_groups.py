@@ -1,17 +1,16 @@
 """The campaign on partition groups and on more than 3 nodes, without processes: which node
 "the leader" is (the one leading the most data groups), the kinds refused with groups and
-why, the proxy links of 5 nodes, stall-majority's size, the log directories verify reads."""
+why, the proxy links of 5 nodes, stall-majority's size."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 
 import pytest
 
 from chaos.command import add_arguments, run
-from chaos.fault_cluster import ChaosCluster, link, log_dirs
+from chaos.fault_cluster import ChaosCluster, link
 from chaos.history import History
 from chaos.nemesis import (
     KINDS,
@@ -149,14 +148,11 @@ def test_stall_majority_stalls_a_majority(nodes, stalled):
     assert sorted(c.cleared) == sorted(c.stalls)
 
 
-def test_log_dirs_one_group_and_partition_groups(tmp_path):
-    one = tmp_path / "one"
-    (one / "log").mkdir(parents=True)
-    assert log_dirs(str(one)) == [str(one / "log")]
-    many = tmp_path / "many"
-    for g in ("0", "7"):
-        d = many / "groups" / g / "log"
-        d.mkdir(parents=True)
-        (d / "00000001.seg").write_bytes(b"x")
-    (many / "groups" / "9").mkdir(parents=True)  # no segment: nothing to verify
-    assert log_dirs(str(many)) == [os.path.join(str(many), "groups", g, "log") for g in ("0", "7")]
+def test_corrupt_window_end_skips_verify_with_groups(tmp_path):
+    """`raftsink verify` cannot read the groups layout (one LMDB index shared by every
+    group): the node is neither killed nor restarted, and stays `damaged` so that the
+    monitor repairs it if it stops on the damage later."""
+    c = ChaosCluster(str(tmp_path), partition_groups=True)
+    c.damaged.add(2)
+    assert c.verify_and_repair(2).startswith("verify not run")
+    assert c.damaged == {2} and c.gen[2] == 0
