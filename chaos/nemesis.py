@@ -136,6 +136,12 @@ async def current_leader(cluster: ChaosCluster) -> int:
     With partition groups, "the leader" is the node leading the most data groups (its
     status' `data_groups.leading`), so a kill or pause hits the leaders of many groups;
     ties go to the controller's leader, then to the lowest id. 0 if no node leads any."""
+    return (await leader_and_groups(cluster))[0]
+
+
+async def leader_and_groups(cluster: ChaosCluster) -> tuple[int, dict[int, int]]:
+    """current_leader, and with partition groups how many data groups each answering
+    node leads (the report shows what a fault on "the leader" hit)."""
     sts = {}
     for i in cluster.alive():
         if i in cluster.paused:
@@ -143,7 +149,12 @@ async def current_leader(cluster: ChaosCluster) -> int:
         st = await cluster.status(i, timeout=1.0)
         if st:
             sts[i] = st
-    return pick_leader(sts, cluster.partition_groups)
+    led = {
+        i: int((st.get("data_groups") or {}).get("leading", 0))
+        for i, st in sts.items()
+        if cluster.partition_groups
+    }
+    return pick_leader(sts, cluster.partition_groups), led
 
 
 def pick_leader(sts: dict[int, dict[str, Any]], partition_groups: bool) -> int:
@@ -189,10 +200,12 @@ class Nemesis:
         self.schedule = schedule
         self.done: list[dict[str, Any]] = []  # executed faults with resolved targets and times
         self.counts: dict[str, int] = {}
+        self.groups_led: dict[int, int] = {}
 
     async def _resolve(self, f: Fault) -> tuple[int, int]:
-        """(target node, leader at this moment or 0)."""
-        leader = await current_leader(self.cluster)
+        """(target node, leader at this moment or 0); with partition groups the data
+        groups each node leads are kept in self.groups_led for the fault's record."""
+        leader, self.groups_led = await leader_and_groups(self.cluster)
         if f.target == "leader":
             return leader or f.order[0], leader
         return int(f.target), leader
@@ -222,6 +235,8 @@ class Nemesis:
             "node": node,
             "leader": leader,
         }
+        if self.groups_led:
+            desc["groups_led"] = {str(i): n for i, n in sorted(self.groups_led.items())}
         undo = None
         if f.kind == "kill":
             await asyncio.to_thread(c.kill, node)
