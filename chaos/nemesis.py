@@ -186,11 +186,23 @@ async def wait_admitted(cluster: ChaosCluster, node: int) -> float | None:
     while loop.time() - start < ADMIT_TIMEOUT_S:
         cluster.repair_if_stopped(node)
         st = await cluster.status(node, timeout=1.0)
-        ident = (st or {}).get("identity") or {}
-        if ident.get("may_vote") and ident.get("recorded") == ident.get("incarnation"):
+        if admitted(st):
             return round(loop.time() - start, 2)
         await asyncio.sleep(0.2)
     return None
+
+
+def admitted(st: dict[str, Any] | None) -> bool:
+    """A node's status says it may vote again: its controller storage is the
+    incarnation the membership records and, with partition groups, every data group it
+    hosts may vote too (a wiped node's groups, or the group a corrupt repaired, are
+    replacements until their leaders admit them: without this the next storage fault
+    could hit a second replica of such a group while the first one cannot vouch yet)."""
+    ident = (st or {}).get("identity") or {}
+    if not (ident.get("may_vote") and ident.get("recorded") == ident.get("incarnation")):
+        return False
+    rows = ((st or {}).get("data_groups") or {}).get("groups") or []
+    return all(row.get("may_vote", True) for row in rows)
 
 
 class Nemesis:

@@ -156,3 +156,16 @@ def test_corrupt_window_end_skips_verify_with_groups(tmp_path):
     c.damaged.add(2)
     assert c.verify_and_repair(2).startswith("verify not run")
     assert c.damaged == {2} and c.gen[2] == 0
+
+
+def test_admitted_waits_for_every_data_group_of_the_node():
+    from chaos.nemesis import admitted
+
+    ident = {"may_vote": True, "recorded": 7, "incarnation": 7}
+    assert admitted({"identity": ident})  # one group: the controller's identity only
+    assert not admitted({"identity": {**ident, "recorded": 6}})
+    assert not admitted(None)
+    rows = [{"group": 1, "may_vote": True}, {"group": 2, "may_vote": False}]
+    assert not admitted({"identity": ident, "data_groups": {"groups": rows}})
+    rows[1]["may_vote"] = True
+    assert admitted({"identity": ident, "data_groups": {"groups": rows}})
