@@ -182,9 +182,9 @@ async def _final_ends(cluster: ChaosCluster, clients, topic: str) -> dict[int, i
 
 
 async def _final_ends_groups(clients, topic: str) -> dict[int, int] | None:
-    """With partition groups: each partition's high watermark as its own leader answers
-    it (a linearizable Partitions runs ReadIndex on the controller only, and a follower
-    of a data group may lag: its high watermark can be below an acknowledged write)."""
+    """With partition groups: each partition's high watermark from a linearizable
+    Partitions of its own leader (a node answers -1 for a partition it does not host, so
+    no single node's reply has every partition on more nodes than replicas)."""
     deadline = time.monotonic() + 60
     ends: dict[int, int] = {}
     count = None

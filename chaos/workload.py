@@ -457,30 +457,26 @@ async def hw_watcher(
                 continue
             if cluster.gen[i] != gen or not reply.partitions:
                 continue
-            # -1: a partition this node does not host (partition groups). With groups a
-            # linearizable Partitions runs ReadIndex on the controller only: a data group's
-            # follower may lag, so only the partition's leader's rows are checked in real
-            # time ("read_api_lin"); the others only per node incarnation ("read_api").
-            rows = {"read_api": {}, "read_api_lin": {}}
-            for pi in reply.partitions:
-                if pi.high_watermark < 0:
-                    continue
-                real_time = lin and (not cluster.partition_groups or pi.leader_id == i)
-                rows["read_api_lin" if real_time else "read_api"][str(pi.partition)] = (
-                    pi.high_watermark
-                )
-            for source, parts in rows.items():
-                if parts:
-                    history.record_span(
-                        t_inv,
-                        "ok",
-                        "hw",
-                        f"hw-node-{i}",
-                        source=source,
-                        node=i,
-                        gen=gen,
-                        partitions=parts,
-                    )
+            # -1: a partition this node does not host (partition groups); every other
+            # row of a linearizable Partitions is checked in real time, on every replica
+            # (a ReadIndex on each data group serving it here, sink/readapi/server.py)
+            parts = {
+                str(pi.partition): pi.high_watermark
+                for pi in reply.partitions
+                if pi.high_watermark >= 0
+            }
+            if not parts:
+                continue
+            history.record_span(
+                t_inv,
+                "ok",
+                "hw",
+                f"hw-node-{i}",
+                source="read_api_lin" if lin else "read_api",
+                node=i,
+                gen=gen,
+                partitions=parts,
+            )
 
     while not stop.is_set():
         await asyncio.gather(*(one(i) for i in clients if i not in cluster.paused))
