@@ -6,7 +6,8 @@ loads it, so the campaign's own modules (and their dependencies) are imported on
 after require_extra() has checked that the `chaos` extra is installed.
 
 Exit status: 0 valid (no anomaly, every reader reached the end), 1 anomalies or a node crash,
-2 the extra is missing, 3 unknown (no anomaly found, but the end could not be read).
+2 the extra is missing or the options are refused (fewer than 3 nodes, `membership` with
+partition groups), 3 unknown (no anomaly found, but the end could not be read).
 """
 
 from __future__ import annotations
