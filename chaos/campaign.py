@@ -22,7 +22,14 @@ from confluent_kafka import Producer
 from chaos import checkers, report
 from chaos.fault_cluster import ChaosCluster
 from chaos.history import History
-from chaos.nemesis import KINDS, Nemesis, ScheduleOptions, make_schedule, schedule_json
+from chaos.nemesis import (
+    Nemesis,
+    ScheduleOptions,
+    check_kinds,
+    default_kinds,
+    make_schedule,
+    schedule_json,
+)
 from chaos.workload import (
     READER_PROCESS,
     Control,
@@ -32,6 +39,7 @@ from chaos.workload import (
     final_read_node,
     hw_watcher,
     read_api_reader,
+    replica_map,
 )
 from sink.cli_connect import READ_API_CREDENTIALS
 
@@ -42,7 +50,8 @@ log = logging.getLogger("chaos")
 class CampaignOptions:
     seed: int
     seconds: float = 120.0
-    nemeses: tuple[str, ...] = KINDS
+    nemeses: tuple[str, ...] = ()
+    """Fault kinds; empty: every kind the cluster supports (default_kinds)."""
     topic: str = "chaos"
     partitions: int = 4
     producers: int = 3
@@ -66,6 +75,11 @@ class CampaignOptions:
     secure: bool = False
     """TLS everywhere, SASL_SSL (SCRAM-SHA-512) clients, authorization on with ACLs for the
     workload's principal (chaos/secure.py)."""
+    nodes: int = 3
+    partition_groups: bool = False
+    """A Raft group per partition plus the controller (docs/partition-groups.md): the
+    topic's replication factor is min(3, nodes); readers read each partition from a node
+    hosting it; "the leader" of a fault is the node leading the most data groups."""
 
     def schedule_options(self) -> ScheduleOptions:
         return ScheduleOptions(
@@ -77,6 +91,8 @@ class CampaignOptions:
             fault_max_s=self.fault_max_s,
             gap_min_s=self.gap_min_s,
             gap_max_s=self.gap_max_s,
+            nodes=self.nodes,
+            partition_groups=self.partition_groups,
         )
 
 
@@ -92,17 +108,23 @@ def run_campaign(
     """Run one campaign; returns the report (see report.py). The CLI entry point."""
     if seconds is None:
         seconds = 60.0 * (minutes if minutes is not None else 2.0)
-    opts = CampaignOptions(seed=seed, seconds=seconds, nemeses=tuple(nemeses or KINDS), **options)
+    opts = CampaignOptions(seed=seed, seconds=seconds, nemeses=tuple(nemeses or ()), **options)
+    if not opts.nemeses:
+        opts.nemeses = default_kinds(opts.partition_groups)
+    if opts.nodes < 3:
+        raise ValueError(f"the campaign needs at least 3 nodes, got {opts.nodes}")
+    check_kinds(opts.nemeses, opts.partition_groups)  # before starting anything
     os.makedirs(out_dir, exist_ok=True)
     result = asyncio.run(_campaign(opts, out_dir))
     if not keep_data:
-        shutil.rmtree(os.path.join(out_dir, "cluster", "node1"), ignore_errors=True)
-        for i in (2, 3):
+        for i in range(1, opts.nodes + 1):
             shutil.rmtree(os.path.join(out_dir, "cluster", f"node{i}"), ignore_errors=True)
     return result
 
 
 async def _wait_topic(cluster: ChaosCluster, topic: str, partitions: int) -> None:
+    """Until every node lists the topic (with partition groups: and every partition has a
+    leader some node reports), so the workload starts on a usable topic."""
     if cluster.security is not None:  # the workload may create and use the topic
         nodes = [p.kafka for p in cluster.peers.values()]
         await asyncio.to_thread(
@@ -114,16 +136,18 @@ async def _wait_topic(cluster: ChaosCluster, topic: str, partitions: int) -> Non
         with contextlib.suppress(Exception):
             await asyncio.to_thread(producer.list_topics, topic, 5)  # auto-creates it
         ok = 0
+        led: set[int] = set()
         for i in cluster.peers:
             client = cluster.client(i)
             try:
                 reply = await client.partitions([topic], timeout=2)
                 ok += len(reply.partitions) == partitions
+                led |= {pi.partition for pi in reply.partitions if pi.leader_id > 0}
             except Exception:
                 pass
             finally:
                 await client.close()
-        if ok == len(cluster.peers):
+        if ok == len(cluster.peers) and (not cluster.partition_groups or len(led) == partitions):
             return
         await asyncio.sleep(0.2)
     raise TimeoutError(f"topic {topic} was not created on every node")
@@ -142,6 +166,8 @@ def reader_outcomes(ops: list, readers: list[str], ends: dict | None) -> dict[st
 
 async def _final_ends(cluster: ChaosCluster, clients, topic: str) -> dict[int, int] | None:
     """The committed high watermarks: a linearizable Partitions on the leader."""
+    if cluster.partition_groups:
+        return await _final_ends_groups(clients, topic)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for _i, client in clients.items():
@@ -155,6 +181,29 @@ async def _final_ends(cluster: ChaosCluster, clients, topic: str) -> dict[int, i
     return None
 
 
+async def _final_ends_groups(clients, topic: str) -> dict[int, int] | None:
+    """With partition groups: each partition's high watermark from a linearizable
+    Partitions of its own leader (a node answers -1 for a partition it does not host, so
+    no single node's reply has every partition on more nodes than replicas)."""
+    deadline = time.monotonic() + 60
+    ends: dict[int, int] = {}
+    count = None
+    while time.monotonic() < deadline:
+        for i, client in clients.items():
+            try:
+                reply = await client.partitions([topic], linearizable=True, timeout=3)
+            except Exception:
+                continue
+            count = len(reply.partitions)
+            for pi in reply.partitions:
+                if pi.leader_id == i and pi.high_watermark >= 0:
+                    ends[pi.partition] = pi.high_watermark
+        if count and len(ends) == count:
+            return ends
+        await asyncio.sleep(0.3)
+    return None
+
+
 async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
     schedule = make_schedule(opts.seed, opts.schedule_options())
     base = os.path.join(out_dir, "cluster")
@@ -162,9 +211,11 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         shutil.rmtree(base)
     cluster = ChaosCluster(
         base,
+        n=opts.nodes,
         default_partitions=opts.partitions,
         extra_args=opts.extra_node_args,
         secure=opts.secure,
+        partition_groups=opts.partition_groups,
     )
     # The membership nemesis calls the read API as `raftsink members` does: with the
     # cluster's client certificate on a secure cluster (tasks copy this context).
@@ -178,6 +229,9 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         history = History()
         ctl = Control()
         clients = {i: cluster.client(i) for i in cluster.peers}
+        # partition -> the nodes hosting it (every node without partition groups); the
+        # campaign moves no replica (membership is refused with groups), so it is fixed
+        hosts = await replica_map(clients, opts.topic, opts.partitions, cluster.partition_groups)
         bootstrap = cluster.bootstrap_servers
         kconf = cluster.kafka_conf
 
@@ -218,6 +272,7 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
                     ctl,
                     opts.seed,
                     reader_results,
+                    hosts,
                 )
             )
             for k in range(opts.read_api_readers)
@@ -297,8 +352,16 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
             final_kafka.start()
             await asyncio.gather(
                 *(
-                    final_read_node(i, clients[i], opts.topic, ends, history, opts.drain_timeout_s)
+                    final_read_node(
+                        i,
+                        clients[i],
+                        opts.topic,
+                        {p: e for p, e in ends.items() if i in hosts[p]},
+                        history,
+                        opts.drain_timeout_s,
+                    )
                     for i in sorted(clients)
+                    if any(i in hosts[p] for p in ends)
                 )
             )
             await asyncio.to_thread(final_kafka.join, opts.drain_timeout_s + 10)

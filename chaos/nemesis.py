@@ -13,13 +13,17 @@ Kinds (one fault at a time, then healed, then a quiet gap):
                   isolate-leader   leader | the other two
                   isolate-node     a random node | the other two
                   bridge           a - b - c: a and c cannot talk, b reaches both
+                                   (5 nodes: only the a-c links are cut)
                   one-way-leader   the leader's outgoing links only (it hears
                                    the others but cannot send to them)
     membership  remove the target and re-add it, or replace it (kill, remove, wipe
                 its data, start it empty, add it back) (chaos.membership)
     disk        the target's fsyncs block ("stall") or take 0.3 s each ("slow"),
-                or the target's and a second node's block ("stall-majority": no
-                commit is possible) until the window ends (chaos.node hook)
+                or the target's and others' block, a majority in all ("stall-majority":
+                no commit is possible) until the window ends (chaos.node hook)
+
+With partition groups (`partition_groups=True`), "the leader" is the node leading the
+most data groups (current_leader), and `membership` is refused (GROUPS_UNSUPPORTED).
 """
 
 from __future__ import annotations
@@ -68,13 +72,36 @@ class ScheduleOptions:
     gap_min_s: float = 2.0
     gap_max_s: float = 5.0
     nodes: int = 3
+    partition_groups: bool = False
+
+
+GROUPS_UNSUPPORTED = {
+    "membership": "data groups' replica sets do not move on membership changes yet: a "
+    "removed or replaced node would stay a replica of its data groups (docs/chaos.md)",
+}
+"""Kinds a campaign with partition groups refuses, and why."""
+
+
+def check_kinds(kinds: tuple[str, ...] | list[str], partition_groups: bool) -> None:
+    """ValueError naming the first kind the campaign cannot run (unknown, or not supported
+    with partition groups and why)."""
+    for k in kinds:
+        if k not in KINDS:
+            raise ValueError(f"unknown nemesis {k!r}; known: {', '.join(KINDS)}")
+        if partition_groups and k in GROUPS_UNSUPPORTED:
+            raise ValueError(
+                f"nemesis {k!r} is not supported with partition groups: {GROUPS_UNSUPPORTED[k]}"
+            )
+
+
+def default_kinds(partition_groups: bool) -> tuple[str, ...]:
+    """Every kind the campaign supports on this kind of cluster."""
+    return tuple(k for k in KINDS if not (partition_groups and k in GROUPS_UNSUPPORTED))
 
 
 def make_schedule(seed: int, opts: ScheduleOptions) -> list[Fault]:
     rng = random.Random(f"nemesis-{seed}")
-    for k in opts.kinds:
-        if k not in KINDS:
-            raise ValueError(f"unknown nemesis {k!r}; known: {', '.join(KINDS)}")
+    check_kinds(opts.kinds, opts.partition_groups)
     out: list[Fault] = []
     deck: list[str] = []
     t = opts.warmup_s
@@ -104,15 +131,51 @@ def make_schedule(seed: int, opts: ScheduleOptions) -> list[Fault]:
 
 
 async def current_leader(cluster: ChaosCluster) -> int:
-    """The node that says it leads with the highest term (0 if none answers)."""
-    best = (0, 0)
+    """The node that says it leads with the highest term (0 if none answers).
+
+    With partition groups, "the leader" is the node leading the most data groups (its
+    status' `data_groups.leading`), so a kill or pause hits the leaders of many groups;
+    ties go to the controller's leader, then to the lowest id. 0 if no node leads any."""
+    return (await leader_and_groups(cluster))[0]
+
+
+async def leader_and_groups(cluster: ChaosCluster) -> tuple[int, dict[int, int]]:
+    """current_leader, and with partition groups how many data groups each answering
+    node leads (the report shows what a fault on "the leader" hit)."""
+    sts = {}
     for i in cluster.alive():
         if i in cluster.paused:
             continue
         st = await cluster.status(i, timeout=1.0)
-        if st and st.get("role") == "leader" and st.get("term", 0) >= best[0]:
-            best = (st["term"], i)
-    return best[1]
+        if st:
+            sts[i] = st
+    led = {
+        i: int((st.get("data_groups") or {}).get("leading", 0))
+        for i, st in sts.items()
+        if cluster.partition_groups
+    }
+    return pick_leader(sts, cluster.partition_groups), led
+
+
+def pick_leader(sts: dict[int, dict[str, Any]], partition_groups: bool) -> int:
+    """current_leader's choice from the nodes' status (node id -> status dict)."""
+    best: tuple[int, int, int] = (0, 0, 0)  # (groups led, term if controller leader, -id)
+    leader = 0
+    for i, st in sorted(sts.items()):
+        is_leader = st.get("role") == "leader"
+        term = int(st.get("term", 0)) if is_leader else -1
+        if partition_groups:
+            led = int((st.get("data_groups") or {}).get("leading", 0))
+            if led == 0:
+                continue
+            key = (led, 1 if is_leader else 0, -i)
+        else:
+            if not is_leader:
+                continue
+            key = (0, term, -i)
+        if leader == 0 or key > best:
+            best, leader = key, i
+    return leader
 
 
 async def wait_admitted(cluster: ChaosCluster, node: int) -> float | None:
@@ -123,11 +186,23 @@ async def wait_admitted(cluster: ChaosCluster, node: int) -> float | None:
     while loop.time() - start < ADMIT_TIMEOUT_S:
         cluster.repair_if_stopped(node)
         st = await cluster.status(node, timeout=1.0)
-        ident = (st or {}).get("identity") or {}
-        if ident.get("may_vote") and ident.get("recorded") == ident.get("incarnation"):
+        if admitted(st):
             return round(loop.time() - start, 2)
         await asyncio.sleep(0.2)
     return None
+
+
+def admitted(st: dict[str, Any] | None) -> bool:
+    """A node's status says it may vote again: its controller storage is the
+    incarnation the membership records and, with partition groups, every data group it
+    hosts may vote too (a wiped node's groups, or the group a corrupt repaired, are
+    replacements until their leaders admit them: without this the next storage fault
+    could hit a second replica of such a group while the first one cannot vouch yet)."""
+    ident = (st or {}).get("identity") or {}
+    if not (ident.get("may_vote") and ident.get("recorded") == ident.get("incarnation")):
+        return False
+    rows = ((st or {}).get("data_groups") or {}).get("groups") or []
+    return all(row.get("may_vote", True) for row in rows)
 
 
 class Nemesis:
@@ -137,10 +212,12 @@ class Nemesis:
         self.schedule = schedule
         self.done: list[dict[str, Any]] = []  # executed faults with resolved targets and times
         self.counts: dict[str, int] = {}
+        self.groups_led: dict[int, int] = {}
 
     async def _resolve(self, f: Fault) -> tuple[int, int]:
-        """(target node, leader at this moment or 0)."""
-        leader = await current_leader(self.cluster)
+        """(target node, leader at this moment or 0); with partition groups the data
+        groups each node leads are kept in self.groups_led for the fault's record."""
+        leader, self.groups_led = await leader_and_groups(self.cluster)
         if f.target == "leader":
             return leader or f.order[0], leader
         return int(f.target), leader
@@ -170,6 +247,8 @@ class Nemesis:
             "node": node,
             "leader": leader,
         }
+        if self.groups_led:
+            desc["groups_led"] = {str(i): n for i, n in sorted(self.groups_led.items())}
         undo = None
         if f.kind == "kill":
             await asyncio.to_thread(c.kill, node)
@@ -182,7 +261,10 @@ class Nemesis:
             def undo() -> None:
                 c.resume(node)
         elif f.kind == "disk":
-            stalled = [node, others[0]] if f.mode == "stall-majority" else [node]
+            # stall-majority: the target and enough others to leave no majority with a
+            # working disk (1 other of 3 nodes, 2 others of 5)
+            n_others = len(f.order) // 2 if f.mode == "stall-majority" else 0
+            stalled = [node, *others[:n_others]]
             for j in stalled:
                 c.stall_disk(j, "0.3" if f.mode == "slow" else "stall")
             desc["nodes"] = stalled

@@ -79,6 +79,9 @@ def summary_text(data: dict[str, Any]) -> str:
         extra = ""
         if "links" in f:
             extra = " links " + " ".join(f["links"])
+        if f.get("groups_led"):  # partition groups: data groups led per node at the start
+            led = f["groups_led"]
+            extra += f" leads {led.get(str(f['node']), 0)} of {sum(led.values())} data groups"
         lines.append(
             f"  #{k:<3} {f['start']:7.1f}-{f['end']:7.1f} s  {f['kind']:<9} {f['mode']:<15} "
             f"node {f['node']}{lead}{extra}"

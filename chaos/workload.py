@@ -339,7 +339,10 @@ async def read_api_reader(
     ctl: Control,
     seed: int,
     result: dict,
+    hosts: dict[int, list[int]] | None = None,
 ) -> None:
+    """hosts: partition -> the nodes hosting it (partition groups: a node answers -1 for a
+    partition it does not host); None: every node hosts every partition."""
     proc = READER_PROCESS.format(k)
     rng = random.Random(f"reader-{seed}-{k}")
     pos = {p: 0 for p in range(partitions)}
@@ -362,7 +365,7 @@ async def read_api_reader(
         else:
             p = i % partitions
         i += 1
-        node = rng.choice(ids)
+        node = rng.choice((hosts or {}).get(p) or ids)
         t_inv = history.now()
         try:
             reply = await clients[node].fetch(
@@ -411,6 +414,28 @@ async def read_api_reader(
     result[proc] = {"errors": dict(errors), "caught_up": caught_up}
 
 
+async def replica_map(
+    clients: dict[int, ChaosReadClient], topic: str, partitions: int, partition_groups: bool
+) -> dict[int, list[int]]:
+    """partition -> the ids of the nodes hosting a replica of it: from the read API's
+    Partitions (its replicas field) with partition groups, every node otherwise."""
+    ids = sorted(clients)
+    if not partition_groups:
+        return {p: ids for p in range(partitions)}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for client in clients.values():
+            try:
+                reply = await client.partitions([topic], timeout=2)
+            except grpc.aio.AioRpcError:
+                continue
+            out = {pi.partition: sorted(r.node_id for r in pi.replicas) for pi in reply.partitions}
+            if len(out) == partitions and all(out.values()):
+                return out
+        await asyncio.sleep(0.3)
+    raise TimeoutError(f"no node answered the replicas of every partition of {topic}")
+
+
 async def hw_watcher(
     cluster: ChaosCluster,
     clients: dict[int, ChaosReadClient],
@@ -432,6 +457,16 @@ async def hw_watcher(
                 continue
             if cluster.gen[i] != gen or not reply.partitions:
                 continue
+            # -1: a partition this node does not host (partition groups); every other
+            # row of a linearizable Partitions is checked in real time, on every replica
+            # (a ReadIndex on each data group serving it here, sink/readapi/server.py)
+            parts = {
+                str(pi.partition): pi.high_watermark
+                for pi in reply.partitions
+                if pi.high_watermark >= 0
+            }
+            if not parts:
+                continue
             history.record_span(
                 t_inv,
                 "ok",
@@ -440,7 +475,7 @@ async def hw_watcher(
                 source="read_api_lin" if lin else "read_api",
                 node=i,
                 gen=gen,
-                partitions={str(pi.partition): pi.high_watermark for pi in reply.partitions},
+                partitions=parts,
             )
 
     while not stop.is_set():

@@ -322,4 +322,7 @@ class DataGroups:
             "commit": g.commit_index,
             "applied": g.applied,
             "serving": h.serves(),
+            # False while this replica's storage is a replacement not yet admitted (a
+            # wiped or repaired group): the chaos campaign waits on it between faults
+            "may_vote": g.core.may_vote,
         }

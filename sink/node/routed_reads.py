@@ -16,7 +16,7 @@ read_parts and offset_for_timestamp raise KeyError, as for an unknown partition.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sink.node.data_groups import DataGroups, HostedGroup
@@ -71,6 +71,24 @@ class RoutedReads:
         if h is None or not h.serves():
             raise KeyError(f"topic-partition {topic}-{partition} is not served here")
         return h
+
+    async def read_index_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """A linearizable read point for each partition served here: one ReadIndex per
+        distinct data group serving them (a follower's goes through its leader), each
+        returning once this node applied every write committed before the call. The read
+        API's linearizable Partitions needs it: the controller's ReadIndex says nothing
+        about a data group, whose follower (or new leader, before it commits in its term)
+        may answer a high watermark below an acknowledged write. Partitions not served
+        here are skipped (they answer -1). RaftError / TimeoutError when a group cannot
+        confirm (no leader reachable)."""
+        groups: dict[int, Any] = {}
+        for topic, partition in partitions:
+            try:
+                h = self.served(topic, partition)
+            except KeyError:
+                continue
+            groups[id(h.group)] = h.group
+        await asyncio.gather(*(g.read_index() for g in groups.values()))
 
     def high_watermark(self, topic: str, partition: int) -> int:
         try:

@@ -2,7 +2,8 @@
 
 Served by every node from its applied state (followers too). Partitions with
 linearizable=true first runs a Raft ReadIndex so the high watermarks it
-reports include every write acknowledged before the call. Partitions names, per
+reports include every write acknowledged before the call (with partition groups, one
+on the controller and one on each data group serving a listed partition here). Partitions names, per
 partition, the leader, epoch and replicas (with their read-API addresses) of the
 Raft group that owns it (the PartitionRoles lookup the Kafka front end asks too),
 so a reader can fail over among that partition's replicas. Fetch returns whole
@@ -94,6 +95,18 @@ class ReadApiService:
                 await ctx.abort(grpc.StatusCode.UNAVAILABLE, f"linearizable read failed: {exc}")
         topics = self.fsm.topics()
         wanted = list(req.topics) or sorted(topics)
+        # With partition groups the high watermarks are the data groups': each needs its
+        # own read point (sink.node.routed_reads.RoutedReads.read_index_partitions).
+        data_read_index = getattr(self.fsm, "read_index_partitions", None)
+        if req.linearizable and data_read_index is not None:
+            pairs = [(t, p) for t in wanted if t in topics for p in range(topics[t].partitions)]
+            try:
+                await data_read_index(pairs)
+            except (RaftError, TimeoutError) as exc:
+                await ctx.abort(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"linearizable read of a data group failed: {type(exc).__name__} {exc}",
+                )
         out = []
         for t in wanted:
             info = topics.get(t)
