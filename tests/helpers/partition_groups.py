@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 import confluent_kafka
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sink.process_cluster import SinkProcessCluster
@@ -107,3 +107,38 @@ def create_topic(cluster: SinkProcessCluster, name: str, partitions: int, rf: in
             print(f"create {name}: {exc}; retrying")
             retried = True
             time.sleep(0.2)
+
+
+def read_back(
+    bootstrap: str, topic: str, expected: dict[int, int], timeout: float, group: str
+) -> dict[int, list[tuple[int, bytes]]]:
+    """Read every partition of topic from offset 0 until each holds at least expected[p]
+    records -> partition -> [(offset, value)] in the order read."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in expected])
+    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in expected}
+
+    def read_more(_timeout: float) -> None:
+        msg = consumer.poll(0.2)
+        if msg is not None:
+            if msg.error() is not None:
+                raise KafkaException(msg.error())
+            got[msg.partition()].append((msg.offset(), msg.value()))
+
+    try:
+        wait_for(
+            lambda: all(len(got[p]) >= n for p, n in expected.items()),
+            timeout,
+            lambda: f"consumed {[len(got[p]) for p in got]} of {expected}",
+            read_more,
+        )
+    finally:
+        consumer.close()
+    return got

@@ -33,6 +33,7 @@ from tests.helpers.partition_groups import (  # noqa: E402
     groups_cluster,
     kafka_port,
     metadata,
+    read_back,
     wait_for,
 )
 from tests.unit.sink.batches import make_batch  # noqa: E402
@@ -194,31 +195,7 @@ def test_five_nodes_rf3_kill_the_busiest_leader_every_ack_read_once(cluster):
     assert sum(expected.values()) == sent, "every record was acknowledged"
 
     live = ",".join(cluster.peers[i].kafka for i in cluster.alive())
-    consumer = Consumer(
-        {
-            "bootstrap.servers": live,
-            "group.id": "pg-check",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
-
-    def read_more(_timeout: float) -> None:
-        msg = consumer.poll(0.2)
-        if msg is not None:
-            if msg.error() is not None:
-                raise KafkaException(msg.error())
-            got[msg.partition()].append((msg.offset(), msg.value()))
-
-    wait_for(
-        lambda: all(len(got[p]) >= expected[p] for p in range(PARTITIONS)),
-        90,
-        lambda: f"consumed {[len(got[p]) for p in got]} of {expected}",
-        read_more,
-    )
-    consumer.close()
+    got = read_back(live, TOPIC, expected, 90, "pg-check")
     for p in range(PARTITIONS):
         offsets = [o for o, _ in got[p]]
         assert offsets == list(range(len(offsets))), f"partition {p}: offsets not dense"

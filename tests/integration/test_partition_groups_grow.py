@@ -37,6 +37,7 @@ from tests.helpers.partition_groups import (  # noqa: E402
     groups_cluster,
     kafka_port,
     metadata,
+    read_back,
     wait_for,
 )
 
@@ -193,31 +194,13 @@ def test_grow_a_placed_topic_from_3_to_6_partitions_and_use_them(cluster):
     assert sum(len(v) for v in acked.values()) == sent
     assert all(len(acked[p]) == sent // partitions for p in range(partitions)), acked.keys()
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": cluster.bootstrap_servers,
-            "group.id": "grow-check",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(partitions)])
-    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
-
-    def read_more(_timeout: float) -> None:
-        msg = consumer.poll(0.2)
-        if msg is not None:
-            if msg.error() is not None:
-                raise KafkaException(msg.error())
-            got[msg.partition()].append((msg.offset(), msg.value()))
-
-    wait_for(
-        lambda: all(len(got[p]) >= len(acked[p]) for p in range(partitions)),
+    got = read_back(
+        cluster.bootstrap_servers,
+        TOPIC,
+        {p: len(acked[p]) for p in range(partitions)},
         60,
-        lambda: f"consumed {[len(got[p]) for p in got]}",
-        read_more,
+        "grow-check",
     )
-    consumer.close()
     for p in range(partitions):
         offsets = [o for o, _ in got[p]]
         assert offsets == list(range(len(acked[p]))), f"partition {p}: offsets {offsets[:5]}..."
