@@ -18,6 +18,10 @@ three tasks (raft, persist, apply) that sleep while the group is idle.
 Nothing here blocks the event loop on the disk or on the quorum: proposal
 futures are parked by index (DLedger's lesson) and completed by the apply loop,
 failed when leadership is lost (outcome unknown) or on timeout.
+
+Beside it: group_api.py (the client API, a mixin), group_storage.py (opening and
+recovering the group's storage, _open's first part) and compaction.py (snapshots
+taken and stored, the log cut behind them).
 """
 
 from __future__ import annotations
@@ -31,59 +35,31 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from raftlog import core
 from raftlog.core import Ready, Role
 from raftlog.core.log_reader import Snapshot
 from raftlog.entry import EntryType, HardState, LogEntry
+from raftlog.runtime.compaction import Compaction
 from raftlog.runtime.errors import (
     LeaderChangedError,
     NodeStoppedError,
     ProposalTimeoutError,
 )
 from raftlog.runtime.group_api import GroupClientMixin, Waiter
+from raftlog.runtime.group_storage import GroupStorage
 from raftlog.runtime.log_adapter import QueueLogReader
 from raftlog.runtime.options import NodeOptions
-from raftlog.runtime.snapshots import (
-    SnapshotStore,
-    clear_discard_marker,
-    discard_marker_path,
-    read_discard_marker,
-    set_aside_directory,
-    write_discard_marker,
-)
 from raftlog.runtime.state_machine import ApplyResult, StateMachine
-from raftlog.storage import CorruptLogError, DiskQueue, LogRangeError, LogStore, StorageOptions
-from raftlog.storage.identity import GroupIdentity, resolve
-from raftlog.storage.repair import why_not_repairable
+from raftlog.storage import DiskQueue, LogRangeError
+from raftlog.storage.identity import GroupIdentity
 
 if TYPE_CHECKING:  # the host imports this module
     from raftlog.runtime.host import RaftHost
 
 log = logging.getLogger("raftlog.runtime")
-
-
-KEEP_CUT_POINTS = 4
-"""Snapshots kept between the base (first_index - 1) and the newest: the points the log
-can be cut at next. With the compaction limit W entries behind the newest snapshot, the
-log holds about W * (1 + 1 / KEEP_CUT_POINTS) plus one snapshot period."""
-
-
-def cut_points(indexes: list[int], base: int, most: int) -> set[int]:
-    """The snapshot indexes to keep: base (if held), the newest, and at most `most` in
-    between, dropping first the one whose neighbours are closest (so the kept ones stay
-    evenly spread). Everything below base goes: the log no longer reaches it."""
-    if not indexes:
-        return set()
-    newest = max(indexes)
-    between = sorted(i for i in indexes if base < i < newest)
-    while len(between) > most:
-        points = [base, *between, newest]
-        k = min(range(1, len(points) - 1), key=lambda j: points[j + 1] - points[j - 1])
-        del between[k - 1]
-    return {i for i in (base, newest, *between) if i in indexes}
 
 
 @dataclass(slots=True)
@@ -142,9 +118,8 @@ class RaftGroup(GroupClientMixin):
         # A joining node starts with no voters: it never campaigns, and learns
         # the membership from the leader's log (after add_learner/add_voter).
         self._join = join
-        # compaction_limit() -> highest log index the application allows to be
-        # compacted away (None: no limit). Retention policies live there.
-        self._compaction_limit = compaction_limit
+        # When to snapshot, which snapshots to keep, where to cut the log.
+        self._compaction = Compaction(node_id, self.options, compaction_limit)
         self._seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -180,10 +155,6 @@ class RaftGroup(GroupClientMixin):
         self._leader_started_term = 0
         self._last_hs = HardState()
         self._saved_hs = HardState()
-        self._last_snapshot_index = 0
-        self._store_lock = asyncio.Lock()
-        # Highest index the application released to compaction at a snapshot (this process)
-        self._released = 0
         self._last_checkpoint = time.monotonic()
 
     # ---------------------------------------------------------------- start
@@ -194,88 +165,28 @@ class RaftGroup(GroupClientMixin):
         self._loop = asyncio.get_running_loop()
         opts = self.options
         host = self.host
-        storage = self._storage_options()
-        tolerate = opts.storage.on_corruption == "repair"
-        # the discard marker lives beside the IDENTITY file (outside what it discards)
-        marker_dir = (self.data_dir if self._log_dir is not None else host.data_dir) or "."
-        discarded = ""
-        pending = await asyncio.to_thread(read_discard_marker, marker_dir, self.group_id)
-        if pending is not None:  # a discard a crash interrupted: finish it first
-            discarded = await asyncio.to_thread(self._discard_storage, marker_dir, pending, None)
-        store, snap_dir = await asyncio.to_thread(self._open_storage, storage)
-        self.snapshots = SnapshotStore(snap_dir, tolerate_damage=tolerate)
-        if self.snapshots.damaged:
-            base_lost = await asyncio.to_thread(self._set_aside_damaged_snapshots, store)
-            if base_lost:
-                discarded = await asyncio.to_thread(
-                    self._discard_storage, marker_dir, base_lost, store
-                )
-                store, snap_dir = await asyncio.to_thread(self._open_storage, storage)
-                self.snapshots = SnapshotStore(snap_dir, tolerate_damage=tolerate)
-        self.queue = DiskQueue(store, writer=host.writer)
-        damage = ""
-        if store.repair is not None:
-            damage = "damaged storage repaired: " + store.repair.describe()
-            dropped = await asyncio.to_thread(self.snapshots.drop_above, store.last_index())
-            if dropped:
-                damage += f"; snapshots {dropped} (ahead of the kept log) dropped"
-        snap = self.snapshots.load()
-        if snap is not None:
-            self.fsm.on_snapshot_load(snap.data)
-            self.applied = self._last_snapshot_index = snap.meta.index
-        hs = store.hard_state()
-        floor = max(store.last_index(), store.snapshot_meta().index)
-        if store.repair is not None:
-            # the kept log is all this node vouches for (snapshots above it were dropped)
-            floor = store.last_index()
-        if hs.commit > floor:
-            # recovery cut entries this node had made durable and knew committed (a
-            # synced tail lost or truncated): it must not vote as if it held them
-            damage = damage or f"the log ends at {floor} below its commit checkpoint {hs.commit}"
-            log.warning("raft.log_damaged node=%d group=%d: %s", self.id, self.group_id, damage)
-            hs = HardState(hs.term, hs.vote, floor)
-        if hs.commit < self.applied:
-            # The commit field is a checkpoint written every commit_checkpoint_s, not with
-            # each commit; a snapshot covers applied, hence committed, entries. A kill -9
-            # between a snapshot and the next checkpoint left applied above it, and the
-            # core refused to start (RaftSafetyError "applied > committed", seen in chaos).
-            hs = HardState(hs.term, hs.vote, self.applied)
+        storage = GroupStorage(
+            host,
+            self.id,
+            self.group_id,
+            opts,
+            len(self.peers) if not self._join else 2,
+            self.data_dir,
+            self._log_dir,
+            self._snapshot_dir,
+        )
+        self.repair_refused = storage.repair_refused
+        opened = await storage.open()
+        self.snapshots = opened.snapshots
+        self.queue = DiskQueue(opened.store, writer=host.writer)
+        if opened.snapshot is not None:
+            self.fsm.on_snapshot_load(opened.snapshot.data)
+            self.applied = self._compaction.last_index = opened.snapshot.meta.index
+        hs = opened.hard_state
         self._last_hs = self._saved_hs = hs
+        # None until settled (as before a failed start); its incarnation goes to the core
         self.identity: GroupIdentity | None = None
-        if opts.identity:
-            ident_dir = self.data_dir if self._log_dir is not None else host.data_dir
-            ident_file = host.identity_file(ident_dir or self.data_dir, opts.cluster_id)
-            self.identity = await asyncio.to_thread(
-                resolve, ident_file, self.group_id, store, damage or discarded
-            )
-        if discarded:
-            # the new incarnation is durable (resolve, given damage): the discard is done
-            await asyncio.to_thread(clear_discard_marker, marker_dir, self.group_id)
-            log.warning(
-                "raft.storage_discarded node=%d group=%d incarnation=%d: %s. This node is a "
-                "replacement now: it neither votes nor counts toward a quorum until the "
-                "leader has sent it a snapshot, caught it up and admitted it again; see "
-                "docs/operations.md ('A node that repairs its storage')",
-                self.id,
-                self.group_id,
-                self.identity.incarnation if self.identity else 0,
-                discarded,
-            )
-        if store.repair is not None:
-            # the new incarnation is durable (resolve): the repair needs no marker now
-            await asyncio.to_thread(store.clear_repair_marker)
-            log.warning(
-                "raft.repair_waiting node=%d group=%d incarnation=%d: %s. This node neither "
-                "votes nor counts toward a quorum until the leader has caught it up and "
-                "admitted it again; it waits for a leader elected by intact voters. If none "
-                "is ever elected (a majority of the voters damaged or gone), the cluster "
-                "cannot vouch for the lost entries: restore from a backup, or see "
-                "docs/operations.md ('A node that repairs its storage')",
-                self.id,
-                self.group_id,
-                self.identity.incarnation if self.identity else 0,
-                damage,
-            )
+        self.identity = await storage.settle(opened)
         cfg = core.RaftConfig(
             id=self.id,
             peers=() if self._join else sorted(self.peers),
@@ -318,117 +229,6 @@ class RaftGroup(GroupClientMixin):
             self.identity.reason if self.identity else "off",
         )
 
-    def _open_storage(self, storage: StorageOptions) -> tuple[LogStore, str]:
-        """Open (or create) this group's log; returns it and its snapshot directory."""
-        if self._log_dir is not None:
-            snap_dir = self._snapshot_dir or os.path.join(self.data_dir, "snapshots")
-            return LogStore.open(self._log_dir, storage), snap_dir
-        host = self.host
-        snap_dir = os.path.join(host._group_dir(self.group_id), "snapshots")
-        return host._open_group_log(self.group_id, storage), snap_dir
-
-    def _set_aside_damaged_snapshots(self, store: LogStore) -> str:
-        """Damaged snapshot files this group can do without are set aside: the state
-        is rebuilt from the newest intact snapshot and the log, which holds every
-        entry above the log's base (first index - 1); returns "".
-
-        The base snapshot itself (what the log was compacted to, and what followers
-        are sent) cannot be rebuilt from anything this node holds. If the cluster can
-        vouch for the data (repair allowed), returns why: the caller discards the
-        group's whole storage (_discard_storage). Otherwise the node stops as before
-        (CorruptLogError), and the operator moves the directory aside."""
-        base = store.first_index() - 1
-        if base > 0 and self.snapshots.meta_at(base) is None:
-            path, why = self.snapshots.damaged[0]
-            what = (
-                f"{why}; the log was compacted to entry {base} and no intact snapshot "
-                "holds the state there, so nothing on this node can rebuild it"
-            )
-            if self.repair_refused:
-                raise CorruptLogError(
-                    path, 0, f"{what}; it cannot be repaired: {self.repair_refused}"
-                )
-            return f"base snapshot damaged: {what}"
-        whats = [f"{os.path.basename(p)} ({why})" for p, why in self.snapshots.damaged]
-        moved = self.snapshots.set_aside_damaged()
-        log.warning(
-            "raft.snapshot_damaged node=%d group=%d: %s set aside as %s; the state is "
-            "rebuilt from %s and the log (entries %d..%d), nothing is lost",
-            self.id,
-            self.group_id,
-            ", ".join(whats),
-            ", ".join(moved),
-            f"snapshot {self.snapshots.indexes()[-1]}" if self.snapshots.indexes() else "entry 1",
-            store.first_index(),
-            store.last_index(),
-        )
-        return ""
-
-    def _discard_storage(self, marker_dir: str, reason: str, store: LogStore | None) -> str:
-        """Treat ALL of this group's storage as lost (a wiped disk for this group only):
-        the base snapshot is damaged and nothing here can rebuild that state. The
-        files are set aside, not deleted (<dir>.damaged-<unix time>, for the operator);
-        the group then opens blank storage and runs under a new incarnation as a
-        replacement, which the leader sends a snapshot, catches up and re-admits.
-        Returns what was done (for resolve's reason and the warning).
-
-        Order; each step is durable before the next, and a crash at any point leaves
-        a state the next start handles safely:
-          1. the discard marker (DISCARD-<group>, beside IDENTITY) is written. A crash
-             before it changed nothing: the next start finds the damage again;
-          2. the damaged snapshot files get .damaged, then the log directory and the
-             snapshot directory (a RaftHost group: its groups/<id>/ directory, then its
-             keys in the shared index) are renamed aside;
-          3. (_open) blank storage is opened, and resolve(damage=...) makes a NEW
-             incarnation and writes IDENTITY and the index stamp durably;
-          4. (_open) the marker is removed.
-        A crash between 1 and 4 leaves the marker: the next start repeats 2 (renaming
-        whatever is there, a blank log of an earlier try included; the host's key
-        deletion is idempotent) before it opens anything, and then 3. So the group
-        never runs on half-discarded storage (a log without its base snapshot, or
-        snapshots without their log), and never under its old incarnation with less
-        than it acknowledged: the old stamp went with the old index, and resolve with
-        damage never returns a known incarnation. After 4 the storage is known (stamp
-        = IDENTITY) but blank, under an incarnation the membership does not record:
-        a replacement, which neither votes nor counts until admitted."""
-        gid = self.group_id
-        if self.repair_refused or self.options.storage.on_corruption != "repair":
-            why = self.repair_refused or "storage.on_corruption is not 'repair'"
-            raise CorruptLogError(
-                discard_marker_path(marker_dir, gid),
-                0,
-                f"this group's storage must be discarded ({reason}) but cannot be "
-                f"repaired: {why}. Restore the data directory from a backup, or move it "
-                "aside and start the node empty with node identity on",
-            )
-        write_discard_marker(marker_dir, gid, reason)  # 1
-        if store is not None:
-            self.snapshots.set_aside_damaged()
-            store.close()
-        moved: list[str | None] = []  # 2
-        if self._log_dir is not None:
-            snap_dir = self._snapshot_dir or os.path.join(self.data_dir, "snapshots")
-            moved = [set_aside_directory(self._log_dir), set_aside_directory(snap_dir)]
-        else:
-            moved = [set_aside_directory(self.host._group_dir(gid))]
-            if self.host.env is not None:
-                self.host.env.delete_group(gid)
-        kept = ", ".join(m for m in moved if m) or "nothing left to move"
-        return f"{reason}; this group's storage is discarded: set aside as {kept}"
-
-    def _storage_options(self) -> StorageOptions:
-        """The storage options this group's log opens with: repair is possible only if
-        the cluster can vouch for what the repair cuts (repair.why_not_repairable)."""
-        opts = self.options
-        if opts.storage.on_corruption != "repair":
-            return opts.storage
-        voters = len(self.peers) if not self._join else 2
-        why = why_not_repairable(opts.identity, voters)
-        if not why:
-            return opts.storage
-        self.repair_refused = why
-        return replace(opts.storage, on_corruption="stop")
-
     # -------------------------------------------------- public read surface
     # What applications read of a node. `core` (the RawNode) and `queue` (the
     # DiskQueue) are internal: their invariants hold only on the node's own
@@ -458,13 +258,13 @@ class RaftGroup(GroupClientMixin):
         """First index the application may still read (entries before it were compacted
         into a snapshot). Valid after start().
 
-        The log is cut only at a kept snapshot (see _store_snapshot), so entries the last
+        The log is cut only at a kept snapshot (see Compaction.store), so entries the last
         snapshot released (below snapshot_keep_entries and the compaction limit) may still
         be on disk, below the cut point a rebuilt follower needs; they are not offered: this
         index follows the release, as it did when the cut was exact. After a restart it
         starts from the cut (no release yet), so it may be a little lower until the next
         snapshot: the same entries, readable again, never different ones."""
-        return max(self.queue.first_index(), self._released + 1)
+        return max(self.queue.first_index(), self._compaction.released + 1)
 
     def read_committed(self, start: int, max_count: int, max_bytes: int) -> list[LogEntry]:
         """Committed entries from `start` on: at most max_count entries and, past the
@@ -748,7 +548,7 @@ class RaftGroup(GroupClientMixin):
                 item = await self._apply_q.get()
                 if isinstance(item, Snapshot):
                     self.fsm.on_snapshot_load(item.data)
-                    self.applied = self._last_snapshot_index = item.meta.index
+                    self.applied = self._compaction.last_index = item.meta.index
                     self.queue.set_applied(self.applied)
                     continue
                 entries: list[LogEntry] = list(item)
@@ -758,7 +558,7 @@ class RaftGroup(GroupClientMixin):
                         await self._apply_entries(entries)
                         entries = []
                         self.fsm.on_snapshot_load(nxt.data)
-                        self.applied = self._last_snapshot_index = nxt.meta.index
+                        self.applied = self._compaction.last_index = nxt.meta.index
                         self.queue.set_applied(self.applied)
                         continue
                     entries.extend(nxt)
@@ -831,73 +631,33 @@ class RaftGroup(GroupClientMixin):
             self._applied_waiters = keep
 
     def _maybe_snapshot(self) -> None:
-        every = self.options.snapshot_every_entries
-        if not every or self.applied - self._last_snapshot_index < every:
-            return
-        self._take_snapshot()
+        if self._compaction.due(self.applied):
+            self._take_snapshot()
 
     def snapshot_now(self) -> bool:
         """Snapshot the applied state now, whatever snapshot_every_entries says, so the
         log prefix can be given back at once (the sink calls it when the disk guard
         refuses writes). False when there is nothing new to cover or the applied
         entries are not durable here yet (the next apply's _maybe_snapshot retries)."""
-        if self.applied <= self._last_snapshot_index:
+        if self.applied <= self._compaction.last_index:
             return False
         return self._take_snapshot()
 
     def _take_snapshot(self) -> bool:
-        # Applying may run ahead of this node's own fsync (committed entries
-        # are on a quorum), but a snapshot may only cover entries the core
-        # knows are durable here: wait for the persist loop to catch up.
-        if self.applied > self.core.log.stable_last():
+        snap = self._compaction.take(self.core, self.fsm, self.applied)
+        if snap is None:
             return False
-        data = self.fsm.on_snapshot_save()
-        try:
-            snap = self.core.compact(self.applied, data)
-        except ValueError as exc:  # not compactable yet: the next apply retries
-            log.info("raft.snapshot_deferred node=%d reason=%s", self.id, exc)
-            return False
-        self._last_snapshot_index = snap.meta.index
         self.stats.snapshots_taken += 1
         self._tasks.append(asyncio.create_task(self._store_snapshot(snap)))
         return True
 
     async def _store_snapshot(self, snap: Snapshot) -> None:
-        """Store a snapshot, then cut the log prefix at the newest kept snapshot that
-        neither snapshot_keep_entries nor the application's compaction limit forbids.
-
-        Invariant: after a cut at X, the snapshot at X (= first_index - 1) is kept (it is
-        what a follower needing a snapshot is sent, log_adapter.py), so a follower rebuilt
-        by InstallSnapshot gets every entry the leader still holds. Cutting at the limit
-        itself, below the newest snapshot, left such a follower without the entries
-        between the limit and the snapshot: a wiped sink node never held the Kafka
-        records there (chaos: "final read incomplete"). Snapshots between the base and
-        the newest are the later cut points, thinned to KEEP_CUT_POINTS."""
+        """Store a snapshot and cut the log behind it (Compaction.store); a failure
+        stops the group."""
         try:
-            # One at a time: the cut and the choice of snapshots to keep read the first
-            # index, which another store's cut (on the disk thread) would move under them.
-            async with self._store_lock:
-                await self._store_snapshot_locked(snap)
+            await self._compaction.store(snap, self.snapshots, self.queue)
         except Exception as exc:
             self._fail(exc)
-
-    async def _store_snapshot_locked(self, snap: Snapshot) -> None:
-        await asyncio.to_thread(self.snapshots.save, snap)
-        await self.queue.save_snapshot_meta(snap.meta)
-        upto = snap.meta.index - self.options.snapshot_keep_entries
-        if self._compaction_limit is not None:
-            limit = self._compaction_limit()
-            if limit is not None:
-                upto = min(upto, limit)
-        self._released = max(self._released, min(upto, snap.meta.index))
-        cut = max((i for i in self.snapshots.indexes() if i <= upto), default=0)
-        if cut >= self.queue.first_index():
-            await self.queue.truncate_prefix(cut)
-        base = self.queue.first_index() - 1
-        keep = cut_points(self.snapshots.indexes(), base, KEEP_CUT_POINTS)
-        doomed = self.snapshots.forget(keep)  # on the loop: no chunk is being read
-        if doomed:
-            await asyncio.to_thread(self.snapshots.delete_files, doomed)
 
     def _housekeep(self, now: float) -> None:
         """Proposal/read timeouts and the commit checkpoint (the host's

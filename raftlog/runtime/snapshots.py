@@ -8,8 +8,8 @@
 Written to a temporary name, fsync'ed, renamed, directory fsync'ed: a crash
 leaves either the old snapshot or the new one, never half of one.
 
-A group keeps a few snapshots, not one (RaftGroup decides which, see
-`RaftGroup._store_snapshot`):
+A group keeps a few snapshots, not one (compaction.py decides which, see
+`Compaction.store`):
   - the newest: a restart loads it, so it replays only the entries after it;
   - the *base*, at the log's first_index - 1: the one a follower that needs a
     snapshot is sent (`QueueLogReader`), so that the follower then receives every
@@ -24,10 +24,8 @@ A group keeps a few snapshots, not one (RaftGroup decides which, see
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import struct
-import time
 
 import crc32c
 
@@ -43,70 +41,11 @@ _MAGIC = b"RSSNAP01"
 DAMAGED_SUFFIX = ".damaged"
 """A damaged snapshot file set aside (kept for the operator, never read again)."""
 
-DISCARD_MARKER = "DISCARD-{group}"
-"""A group's storage is being discarded (its base snapshot was damaged): the durable
-record, in the directory of the IDENTITY file, that makes a crash anywhere in the
-discard finish it at the next start (RaftGroup._discard_storage states the order)."""
-
-
-def discard_marker_path(directory: str, group_id: int) -> str:
-    return os.path.join(directory, DISCARD_MARKER.format(group=group_id))
-
-
-def read_discard_marker(directory: str, group_id: int) -> str | None:
-    """The reason recorded by write_discard_marker, None without a marker. A marker
-    that cannot be read still means "discard" (the conservative reading)."""
-    path = discard_marker_path(directory, group_id)
-    try:
-        with open(path, encoding="utf-8") as f:
-            return str(json.load(f)["reason"])
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"unreadable discard marker {path}"
-
-
-def write_discard_marker(directory: str, group_id: int, reason: str) -> None:
-    """Record durably (file and directory fsync'ed) that group_id's storage is discarded."""
-    path = discard_marker_path(directory, group_id)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"reason": reason, "at": time.time()}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(directory)
-
-
-def clear_discard_marker(directory: str, group_id: int) -> None:
-    """Durably forget the marker (only once the group's new incarnation is durable)."""
-    try:
-        os.unlink(discard_marker_path(directory, group_id))
-    except FileNotFoundError:
-        return
-    fsync_dir(directory)
-
-
-def set_aside_directory(path: str) -> str | None:
-    """Rename directory `path` to <path>.damaged-<unix time> (a free name), durably; the
-    new path, or None if there is no such directory. Kept for the operator to look at,
-    never read again: nothing opens a name with this suffix."""
-    if not os.path.isdir(path):
-        return None
-    stem = f"{path}.damaged-{int(time.time())}"
-    new, n = stem, 0
-    while os.path.exists(new):
-        n += 1
-        new = f"{stem}-{n}"
-    os.rename(path, new)
-    fsync_dir(os.path.dirname(path) or ".")
-    return new
-
 
 class SnapshotStore:
     """tolerate_damage: a file that fails its checks is listed in `damaged` (path,
     reason) instead of raising CorruptLogError; the group decides whether it can do
-    without it (RaftGroup._set_aside_damaged_snapshots)."""
+    without it (GroupStorage.set_aside_damaged_snapshots, group_storage.py)."""
 
     def __init__(self, directory: str, tolerate_damage: bool = False) -> None:
         self.directory = directory

@@ -14,9 +14,9 @@ import os
 import pytest
 
 from raftlog.runtime import HostOptions, RaftGroup, RaftHost, RaftNode
-from raftlog.runtime import group as group_module
+from raftlog.runtime import group_storage as group_storage_module
 from raftlog.runtime.errors import LeaderChangedError, NotLeaderError
-from raftlog.runtime.snapshots import discard_marker_path
+from raftlog.runtime.group_storage import discard_marker_path
 from raftlog.storage import CorruptLogError, LogStore, StorageOptions
 from raftlog.storage.repair import MARKER
 from raftlog.transport import LocalNetwork
@@ -335,14 +335,14 @@ def test_a_crash_in_the_middle_of_a_discard_is_finished_by_the_next_start(
             def crash(path: str) -> str | None:
                 raise _Crash(path)
 
-            monkeypatch.setattr(group_module, "set_aside_directory", crash)
+            monkeypatch.setattr(group_storage_module, "set_aside_directory", crash)
         else:
 
             def crash(ident, group_id, store, damage=""):
                 store.close()
                 raise _Crash(damage)
 
-            monkeypatch.setattr(group_module, "resolve", crash)
+            monkeypatch.setattr(group_storage_module, "resolve", crash)
         crashed = RaftNode(
             victim,
             node_dir,

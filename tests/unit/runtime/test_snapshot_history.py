@@ -21,7 +21,7 @@ import pytest
 from raftlog.core.log_reader import Snapshot
 from raftlog.entry import SnapshotMeta
 from raftlog.runtime import NodeOptions, SnapshotStore
-from raftlog.runtime.group import cut_points
+from raftlog.runtime.compaction import cut_points
 from tests.helpers.raft_inprocess import FAST, InProcessRaftCluster, wait_until
 
 
@@ -73,7 +73,7 @@ def test_a_follower_rebuilt_by_a_snapshot_holds_the_leaders_whole_log(tmp_path, 
         await wait_until(
             lambda: (
                 leader.snapshots.latest_meta().index == leader.applied
-                and not leader._store_lock.locked()
+                and not leader._compaction.storing
                 and leader.queue.first_index() > 50
             ),
             what="snapshots and a cut on the leader",
@@ -126,7 +126,7 @@ def test_the_log_is_cut_only_at_a_kept_snapshot(tmp_path):
             await wait_until(
                 lambda: (
                     leader.snapshots.latest_meta().index == leader.applied
-                    and not leader._store_lock.locked()
+                    and not leader._compaction.storing
                 ),
                 what="the snapshot stored and the log cut",
             )
