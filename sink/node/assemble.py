@@ -602,6 +602,17 @@ class SinkNode:
             if self.balancer is not None:
                 out["leader_balance"] = self.balancer.stats()
             out["host"] = self.host.status()
+        if self.pipeline_commits is not None:
+            out["pipeline_commits"] = {
+                "proposed": self.pipeline_commits.proposed,
+                "forwarded": self.pipeline_commits.forwarded,
+            }
+        if self.group_expiry is not None:
+            out["producer_expiry_groups"] = {
+                "groups": len(self.group_expiry.per_group),
+                "expired": self.group_expiry.expired_total,
+                "failed": self.group_expiry.failed_rounds,
+            }
         if self.leader_poller is not None and self.leaders is not None:
             out["leaders_table"] = {
                 "rows": len(self.leaders.rows),

@@ -4,7 +4,8 @@ leaders are spread (each node leads about one).
 
 - one read-API Commit naming every partition, sent to one node, lands in each
   partition's data group: proposed where that node leads, forwarded to the leader of
-  the others, answered once all committed (no error rows);
+  the others, answered once all committed (no error rows; sent again, as the Spark
+  source does, while a row answers a retriable error: a leader moving);
 - a Commit naming an unknown partition answers a per-partition error for it only;
 - each data group's retention then holds at what the pipeline committed in it: with a
   cap of 5 entries per log (retention.max_entries), every partition's log start stops
@@ -14,6 +15,7 @@ Waits are on conditions with deadlines."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -21,7 +23,12 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Producer  # noqa: E402
 
-from sink.readapi import ERR_UNKNOWN_TOPIC_OR_PARTITION, ReadApiClient  # noqa: E402
+from sink.readapi import (  # noqa: E402
+    ERR_NOT_LEADER,
+    ERR_REQUEST_TIMED_OUT,
+    ERR_UNKNOWN_TOPIC_OR_PARTITION,
+    ReadApiClient,
+)
 from tests.helpers.partition_groups import (  # noqa: E402
     create_topic,
     groups_cluster,
@@ -43,10 +50,22 @@ def produce(bootstrap: str, partition: int, n: int) -> None:
         assert p.flush(30) == 0
 
 
-async def _commit(address: str, offsets: dict[tuple[str, int], int]):
+RETRIABLE = {ERR_NOT_LEADER, ERR_REQUEST_TIMED_OUT}
+
+
+async def _commit(address: str, offsets: dict[tuple[str, int], int], timeout: float = 30.0):
+    """Commit as the Spark source does: again while some partition answered a retriable
+    error (a leader moving) -> the last answer."""
     client = ReadApiClient(address)
+    deadline = time.monotonic() + timeout
     try:
-        return await client.commit("spark-pipes", offsets)
+        while True:
+            reply = await client.commit("spark-pipes", offsets)
+            retriable = [e for e in reply.errors if e.error_code in RETRIABLE]
+            if not retriable or time.monotonic() > deadline:
+                return reply
+            print(f"commit: retrying after {[(e.partition, e.error) for e in retriable]}")
+            await asyncio.sleep(0.2)  # a client's back-off, not a synchronisation
     finally:
         await client.close()
 
@@ -66,9 +85,12 @@ def test_a_commit_lands_in_every_partitions_data_group_and_holds_its_retention(t
         create_topic(cluster, TOPIC, PARTITIONS, 3)
 
         def spread() -> bool:
+            """Every partition led by its preferred replica (the creation hand-offs done),
+            on at least two nodes."""
             md = metadata(kafka_port(cluster, 1), TOPIC)
             lead = [v[0] for v in md.values()]
-            return len(md) == PARTITIONS and min(lead) > 0 and len(set(lead)) >= 2
+            home = all(v[0] == v[2][0] for v in md.values() if v[2])
+            return len(md) == PARTITIONS and min(lead) > 0 and home and len(set(lead)) >= 2
 
         wait_for(spread, 60, lambda: f"leaders spread: {metadata(kafka_port(cluster, 1), TOPIC)}")
         leaders = {p: v[0] for p, v in metadata(kafka_port(cluster, 1), TOPIC).items()}
