@@ -14,6 +14,16 @@ never early. A producer that returns after expiry is accepted as a new one (Kafk
 2.5+ / KIP-360 does the same for an unknown producer id: its sequence is not
 checked), so librdkafka and the Java client go on without an error; only
 deduplication of a retry across the expiry is lost, as in Kafka.
+
+With partition groups (`cluster.partition_groups`) idempotent-producer state lives in
+each data group (DataGroupMachine's PartitionData.producers; the controller's table
+stays empty), and the last log index a producer's state records is an index of THAT
+group's log. So expiry runs per data group: GroupsProducerExpiry keeps one
+ProducerExpiry per hosted group (its own idle clocks, on every replica, so a new leader
+has been watching since it started hosting), scans them all in one task, and proposes
+each group's EXPIRE_PRODUCERS into that group on that group's leader; the
+DataGroupMachine applies it against its own indexes. The controller's ProducerExpiry
+still runs (it finds nothing to expire there).
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sink.state import admin_commands as acmd
 
@@ -47,6 +57,11 @@ class ProducerExpiryOptions:
             )
 
 
+def scan_interval_s(expiration_s: float) -> float:
+    """How often to scan: a quarter of the expiry time, at most a minute."""
+    return min(max(expiration_s / 4, 0.05), 60.0)
+
+
 class ProducerExpiry:
     def __init__(
         self,
@@ -67,8 +82,7 @@ class ProducerExpiry:
 
     @property
     def interval_s(self) -> float:
-        """How often to scan: a quarter of the expiry time, at most a minute."""
-        return min(max(self.expiration_s / 4, 0.05), 60.0)
+        return scan_interval_s(self.expiration_s)
 
     def idle(self) -> list[tuple[int, int]]:
         """Update the clocks; (pid, last index) of every producer idle for the expiry time."""
@@ -120,3 +134,89 @@ class ProducerExpiry:
                 raise
             except Exception as exc:  # not leader any more, timeout: try next period
                 log.warning("sink.producer_expiry proposal failed: %r", exc)
+
+
+class ExpiryTarget(NamedTuple):
+    """One data group's side of expiry: its producer table's owner (an object with
+    `.producers`, e.g. PartitionData), propose(data) -> the applied result in that
+    group, and whether this node leads that group now."""
+
+    fsm: Any
+    propose: Callable[[bytes], Awaitable[Any]]
+    is_leader: Callable[[], bool]
+
+
+class GroupsProducerExpiry:
+    """Producer-state expiry per data group, one task for all of a node's groups.
+
+    targets() -> group id -> ExpiryTarget of every group hosted here now. A group that
+    appears gets a ProducerExpiry (its clocks start then: expiry can come late, never
+    early); one that is gone is forgotten. Each round scans every group and proposes
+    only where this node leads; a group's failed proposal is logged and retried next
+    round without holding up the other groups."""
+
+    def __init__(
+        self,
+        targets: Callable[[], dict[int, ExpiryTarget]],
+        expiration_ms: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._targets = targets
+        self.expiration_ms = expiration_ms
+        self._clock = clock
+        self.per_group: dict[int, ProducerExpiry] = {}
+        self.expired_total = 0
+        self.failed_rounds = 0  # group proposals that raised
+        self._task: asyncio.Task | None = None
+
+    @property
+    def interval_s(self) -> float:
+        return scan_interval_s(self.expiration_ms / 1000)
+
+    def _sync(self) -> dict[int, ProducerExpiry]:
+        targets = self._targets()
+        for gid in [g for g in self.per_group if g not in targets]:
+            del self.per_group[gid]
+        for gid, t in targets.items():
+            e = self.per_group.get(gid)
+            if e is None or e.fsm is not t.fsm:  # new, or the group was restarted
+                e = ProducerExpiry(t.fsm, t.propose, t.is_leader, self.expiration_ms, self._clock)
+                self.per_group[gid] = e
+        return self.per_group
+
+    async def expire_once(self) -> int:
+        """One round over every hosted group -> producer-state entries removed."""
+        removed = 0
+        for gid, e in list(self._sync().items()):
+            try:
+                n = await e.expire_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # not leader any more, timeout: next round
+                self.failed_rounds += 1
+                log.warning("sink.producer_expiry group=%d proposal failed: %r", gid, exc)
+                continue
+            removed += n
+        self.expired_total += removed
+        return removed
+
+    def start(self) -> None:
+        if self.expiration_ms > 0 and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)  # a period, not a synchronisation
+            try:
+                await self.expire_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not end expiry for good
+                log.exception("sink.producer_expiry round failed")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -39,15 +40,17 @@ from raftlog.transport import GatedTransport, GrpcTransport, TransportOptions
 from sink.config import SinkConfig, parse_hostport
 from sink.kafka import NodeMemory
 from sink.kafka.server import KafkaServer
-from sink.lifecycle.producer_expiry import ProducerExpiry
+from sink.lifecycle.producer_expiry import ExpiryTarget, GroupsProducerExpiry, ProducerExpiry
 from sink.members.operator import MembershipOperator
 from sink.members.rpc import MembersEndpoint
 from sink.members.watch import MemberWatch
 from sink.metrics import KafkaCollector, NodeCollector, QuotaCollector, make_registry
 from sink.node.balance_driver import BalancerCollector, LeaderBalanceDriver, RaftHostSource
+from sink.node.compaction import compaction_limit
 from sink.node.data_groups import DataGroups
 from sink.node.disk_watch import DiskWatch
 from sink.node.leaders import LeaderPoller, LeadersTable
+from sink.node.pipeline_commits import PipelineCommits
 from sink.node.routed_reads import RoutedReads
 from sink.node.routing import PartitionRouting
 from sink.quotas import ClientQuotaManager, QuotaTable
@@ -69,6 +72,17 @@ from sink.topics.worker import RetentionWorker
 log = logging.getLogger("sink.node")
 
 READ_API_MAX_MESSAGE_BYTES = 128 * 1024 * 1024
+
+
+def _applier(group: Any) -> Callable[[bytes], Awaitable[Any]]:
+    """propose(data) -> the applied result, on one data group (producer expiry)."""
+
+    async def apply(data: bytes) -> Any:
+        return (await group.apply(data)).result
+
+    return apply
+
+
 """Largest read-API response (a Fetch of many batches)."""
 
 
@@ -96,6 +110,10 @@ class SinkNode:
         self.fsm: SinkStateMachine | None = None
         self.service: SinkService | None = None
         self.producer_expiry: ProducerExpiry | None = None
+        # With partition groups: expiry per data group, and the read API's Commit into
+        # each partition's data group (None with one group).
+        self.group_expiry: GroupsProducerExpiry | None = None
+        self.pipeline_commits: PipelineCommits | None = None
         self.users: UserService | None = None
         self.kafka: KafkaServer | None = None
         self.kafka_external: KafkaServer | None = None
@@ -188,6 +206,11 @@ class SinkNode:
             cfg.producers.id_expiration_ms,
         )
         self.producer_expiry.start()
+        if self.data_groups is not None:
+            self.group_expiry = GroupsProducerExpiry(
+                self._expiry_targets, cfg.producers.id_expiration_ms
+            )
+            self.group_expiry.start()
         await self._start_kafka()
         self.member_watch.start()
         await self._start_read_api()
@@ -241,6 +264,8 @@ class SinkNode:
             options=cfg.node_options(),
             defaults=cfg.topics,
             retention_interval_s=cfg.topics.retention_check_ms / 1000,
+            max_entries=cfg.retention.max_entries,
+            hard_max_entries=cfg.retention.hard_max_entries,
         )
         self.leaders = LeadersTable()
         self.leader_poller = LeaderPoller(
@@ -250,6 +275,13 @@ class SinkNode:
             lambda a: ReadApiClient(a, credentials=self.read_api_client_credentials()),
         )
         self.reads = RoutedReads(fsm, self.data_groups)
+        self.pipeline_commits = PipelineCommits(
+            self.data_groups,
+            lambda topic, partition: service.role(topic, partition).leader,
+            cfg.node_id,
+            self._read_api_of,
+            lambda a: ReadApiClient(a, credentials=self.read_api_client_credentials()),
+        )
         service.partition_reads = self.reads
         service.use_routing(
             PartitionRouting(
@@ -280,6 +312,15 @@ class SinkNode:
             cfg.cluster.balancer_options(),
         )
         self.balancer.start()
+
+    def _expiry_targets(self) -> dict[int, ExpiryTarget]:
+        """Every data group hosted here, for its producer-state expiry (scanned on every
+        replica, proposed on the group's leader)."""
+        groups = self.data_groups.hosted if self.data_groups is not None else {}
+        return {
+            gid: ExpiryTarget(h.fsm.data, _applier(h.group), h.group.is_leader)
+            for gid, h in groups.items()
+        }
 
     def _preferred_replicas(self, group: int) -> tuple[int, ...] | None:
         """A data group's replicas in placement order (the first is preferred)."""
@@ -444,6 +485,7 @@ class SinkNode:
             ),
             client_credentials=self.read_api_client_credentials,
             roles=self.service,
+            pipeline_commits=self.pipeline_commits,
         )
         server = grpc.aio.server(
             options=[("grpc.max_send_message_length", READ_API_MAX_MESSAGE_BYTES)]
@@ -560,6 +602,17 @@ class SinkNode:
             if self.balancer is not None:
                 out["leader_balance"] = self.balancer.stats()
             out["host"] = self.host.status()
+        if self.pipeline_commits is not None:
+            out["pipeline_commits"] = {
+                "proposed": self.pipeline_commits.proposed,
+                "forwarded": self.pipeline_commits.forwarded,
+            }
+        if self.group_expiry is not None:
+            out["producer_expiry_groups"] = {
+                "groups": len(self.group_expiry.per_group),
+                "expired": self.group_expiry.expired_total,
+                "failed": self.group_expiry.failed_rounds,
+            }
         if self.leader_poller is not None and self.leaders is not None:
             out["leaders_table"] = {
                 "rows": len(self.leaders.rows),
@@ -605,6 +658,8 @@ class SinkNode:
             await self.member_watch.stop()
         if self.producer_expiry is not None:
             await self.producer_expiry.stop()
+        if self.group_expiry is not None:
+            await self.group_expiry.stop()
         if self.users is not None:
             self.users.stop()
         for kafka in (self.kafka, self.kafka_external):
@@ -653,17 +708,13 @@ class SinkNode:
         retention.hard_max_entries forces it."""
         retention, node, fsm = self.config.retention, self.node, self.fsm
         assert node is not None and fsm is not None
-        applied = node.applied
-        limit = self.retention.limit if self.retention is not None else 0
-        if retention.max_entries:
-            by_count = applied - retention.max_entries
-            floor = fsm.retention_floor_index()
-            if floor is not None:
-                by_count = min(by_count, floor)
-            limit = max(limit, by_count)
-        if retention.hard_max_entries:
-            limit = max(limit, applied - retention.hard_max_entries)
-        return limit
+        return compaction_limit(
+            node.applied,
+            self.retention.limit if self.retention is not None else 0,
+            fsm.retention_floor_index() if retention.max_entries else None,
+            retention.max_entries,
+            retention.hard_max_entries,
+        )
 
     async def _wait_for_data(self, topic: str, partition: int, offset: int, timeout: float) -> None:
         """Long poll of the read API: until data past offset is applied, or timeout."""

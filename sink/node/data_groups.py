@@ -19,8 +19,10 @@ runtime: every `interval_s` (and at once when the placement changes) it
      election timer fired first would otherwise lead, and striped preferred replicas
      spread leaders over the nodes. Keeping them spread after failures is the leader
      balancer's (sink.placement.balancer, driven from SinkNode.host), not this;
-  4. runs each hosted group's retention (a RetentionWorker per group, whose limit is
-     that group's compaction limit).
+  4. runs each hosted group's retention (a RetentionWorker per group); the group's
+     compaction limit is sink/node/compaction.py's rule over that group's own log: the
+     worker's limit, retention.max_entries held at the group's retention floor (its
+     pipelines' committed offsets), retention.hard_max_entries.
 
 Invariants: at most one RaftGroup per group id (host.start_group refuses a second);
 a group is started by one coroutine at a time (_busy); a removed group's data is
@@ -39,6 +41,7 @@ from typing import Any
 
 from raftlog.runtime import NodeOptions, RaftGroup, RaftHost
 from sink.node import reconcile
+from sink.node.compaction import compaction_limit
 from sink.state import SinkStateMachine
 from sink.state.data_group import DataGroupMachine
 from sink.state.placement_table import GroupPlacement
@@ -82,7 +85,11 @@ class DataGroups:
         retention_interval_s: float,
         interval_s: float = 0.2,
         propose_timeout_s: float = 10.0,
+        max_entries: int = 0,
+        hard_max_entries: int = 0,
     ) -> None:
+        """max_entries / hard_max_entries: the retention section's caps, applied to each
+        data group's log (sink/node/compaction.py); 0: off."""
         self.host = host
         self.controller = controller
         self.node_id = node_id
@@ -92,6 +99,8 @@ class DataGroups:
         self.retention_interval_s = retention_interval_s
         self.interval_s = interval_s
         self.propose_timeout_s = propose_timeout_s
+        self.max_entries = max_entries
+        self.hard_max_entries = hard_max_entries
         self.hosted: dict[int, HostedGroup] = {}
         self._proposing: set[int] = set()  # groups with a SERVE/CONFIGS in flight
         # group -> hand-off attempts to its preferred replica (DONE: it succeeded)
@@ -201,14 +210,28 @@ class DataGroups:
         fsm.set_defaults(self.defaults)
         fsm.data.on_notify = self._notify_data
         holder: list[RetentionWorker] = []
+        group_box: list[RaftGroup] = []
+
+        def limit() -> int:
+            if not holder or not group_box:
+                return 0
+            return compaction_limit(
+                group_box[0].applied,
+                holder[0].limit,
+                fsm.retention_floor_index() if self.max_entries else None,
+                self.max_entries,
+                self.hard_max_entries,
+            )
+
         group = RaftGroup(
             self.host,
             g.group,
             peers,
             fsm,
             options=self.options,
-            compaction_limit=lambda: holder[0].limit if holder else 0,
+            compaction_limit=limit,
         )
+        group_box.append(group)
         retention = RetentionWorker(fsm, group, self.retention_interval_s)
         holder.append(retention)
         # Served from the group's committed log (attached before any apply).

@@ -55,6 +55,7 @@ class ReadApiService:
         members: Any = None,
         client_credentials: Callable[[], grpc.ChannelCredentials | None] | None = None,
         roles: Any = None,
+        pipeline_commits: Any = None,
     ) -> None:
         """roles: each partition's leadership (sink.kafka.handlers.services.PartitionRoles,
         SinkService); None: PartitionInfo carries no leader or replicas (0 / empty), as
@@ -62,7 +63,11 @@ class ReadApiService:
         address (also the replicas' addresses).
         extra_status: more keys for Status (the node's other parts, e.g. "kafka").
         client_credentials: this node's TLS credentials as a read-API client (a Commit
-        forwarded to the leader; the current ones, so a reload counts); None: plaintext."""
+        forwarded to the leader; the current ones, so a reload counts); None: plaintext.
+        pipeline_commits: with partition groups, where Commit goes (an object with `async
+        commit(pipeline, [(topic, partition, offset)], forwarded) -> pb.CommitReply`,
+        sink.node.pipeline_commits.PipelineCommits: each partition's data group); None:
+        Commit proposes to `node`, the one group."""
         self.client_credentials = client_credentials
         self.node = node
         self.fsm = fsm
@@ -73,6 +78,7 @@ class ReadApiService:
         # (sink.members.rpc.MembersEndpoint, wired by sink.node), or None.
         self._members = members
         self.roles = roles
+        self.pipeline_commits = pipeline_commits
 
     async def status(self, req: pb.StatusRequest, ctx: grpc.aio.ServicerContext) -> pb.StatusReply:
         st = self.node.status()
@@ -166,11 +172,20 @@ class ReadApiService:
         return encode_fetch_reply(parts, hw, start)
 
     async def commit(self, req: pb.CommitRequest, ctx: grpc.aio.ServicerContext) -> pb.CommitReply:
-        """Propose the pipeline's offsets on the leader; a follower forwards once."""
+        """Propose the pipeline's offsets on the leader; a follower forwards once. With
+        partition groups, in each named partition's data group (on its leader, forwarded
+        once), answered when every group has (sink/node/pipeline_commits.py)."""
         from sink.state.commands import encode_commit_offsets
 
         if not req.pipeline:
             return pb.CommitReply(error_code=ERR_INVALID_REQUEST, error="pipeline id is required")
+        if self.pipeline_commits is not None:
+            forwarded = bool(dict(ctx.invocation_metadata() or ()).get("raftsink-forwarded"))
+            rows = [(o.topic, o.partition, o.offset) for o in req.offsets]
+            reply: pb.CommitReply = await self.pipeline_commits.commit(
+                req.pipeline, rows, forwarded
+            )
+            return reply
         if self.node.is_leader():
             data = encode_commit_offsets(
                 req.pipeline, [(o.topic, o.partition, o.offset) for o in req.offsets]

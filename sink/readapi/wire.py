@@ -24,7 +24,7 @@ SERVICE = "raftsink.SinkRead"
 
 # Error codes in FetchReply/CommitReply.error_code: Kafka's numbers for the same conditions.
 ERR_NONE, ERR_OFFSET_OUT_OF_RANGE, ERR_UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 3
-ERR_NOT_LEADER, ERR_INVALID_REQUEST = 6, 42
+ERR_NOT_LEADER, ERR_REQUEST_TIMED_OUT, ERR_INVALID_REQUEST = 6, 7, 42
 
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 """Largest FetchRequest.max_bytes the server honours (the client's receive limit follows it)."""

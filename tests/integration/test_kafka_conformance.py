@@ -10,6 +10,10 @@ not controller by asking a follower, invalid values, oversize frames,
 unsupported versions) and unknown tagged fields in flexible versions. Every
 answer is checked by tests/helpers/kafka_conformance.Checker (correlation id,
 strict decode with nothing left over, error codes, connection still usable).
+Requests go where a Kafka client sends them (kafka_conformance.Routes): partition
+requests to the partition's leader by Metadata (once more after NOT_LEADER_OR_FOLLOWER
+and a new Metadata), the rest to the controller; with partition groups
+(RAFTSINK_CLUSTER_PARTITION_GROUPS=true) the two differ.
 
 Each test collects every failing case and reports them together, so one run
 lists every defect. RAFTSINK_CONFORMANCE_SEED sets the random requests' seed.
@@ -17,6 +21,7 @@ lists every defect. RAFTSINK_CONFORMANCE_SEED sets the random requests' seed.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import random
@@ -39,14 +44,15 @@ from tests.helpers.kafka_conformance import (
     INVALID_TOPIC_EXCEPTION,
     NONE,
     OFFSET_OUT_OF_RANGE,
-    SUCCESS,
     TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     UNSUPPORTED_VERSION,
     Checker,
     Expect,
+    Routes,
     describe,
+    raft_partition_leader,
 )
 from tests.helpers.kafka_harness import (
     MAX_FRAME,
@@ -82,10 +88,20 @@ def harness(tmp_path_factory) -> Iterator[Harness]:
         yield h
 
 
+@pytest.fixture(scope="module")
+def routes(harness: Harness) -> Routes:
+    """Where requests go; the harness topic's leader settled (creation hand-off done)."""
+    r = Routes(harness, harness.ctx.topic, harness.ctx.partition)
+    r.settle()
+    return r
+
+
 @pytest.fixture()
-def checker(harness: Harness) -> Iterator[Checker]:
-    harness.restart_dead()
-    c = Checker(harness)
+def checker(harness: Harness, routes: Routes) -> Iterator[Checker]:
+    if harness.restart_dead():
+        routes.settle()
+    routes.refresh()
+    c = Checker(harness, routes)
     yield c
     c.close()
 
@@ -125,13 +141,6 @@ def ctx_for(h: Harness, api_key: int, tag: str) -> Context:
     return fresh_topic_ctx(h, tag) if api_key == 19 else h.ctx
 
 
-def role_expect(h: Harness, api_key: int, node: int) -> Expect | None:
-    entry = SUCCESS.get(api_key)
-    if entry is None:
-        return None
-    return entry[0] if node == h.leader else entry[1]
-
-
 # ------------------------------------------------------------------ tests
 
 
@@ -142,17 +151,28 @@ def test_nodes_advertise_the_same_apis(harness: Harness) -> None:
     assert all(v == first for v in seen.values()), seen
 
 
-def test_valid_request_every_version(harness: Harness, checker: Checker) -> None:
-    """The success path on the leader; the same request on each follower gets
-    the answer Kafka gives there (NOT_LEADER_OR_FOLLOWER, NOT_COORDINATOR, ...)."""
+def test_valid_request_every_version(harness: Harness, routes: Routes, checker: Checker) -> None:
+    """The success path on the leader (of the partition for partition requests, else the
+    controller); the same request on each other node gets the answer Kafka gives there
+    (NOT_LEADER_OR_FOLLOWER, NOT_COORDINATOR, ...)."""
     for api_key, version in versions(harness):
         cls = schema(checker, api_key, version)
         if cls is None:
             continue
-        for node in harness.nodes:
+        what = f"{describe(api_key, version)} valid request"
+        lead = routes.node_for(api_key)
+        for node in [lead, *(n for n in harness.nodes if n != lead)]:
             req = valid_request(cls, ctx_for(harness, api_key, f"{node}-{version}"))
+            if node == lead:  # where a client sends it (once more if the leader moved)
+                checker.exchange_routed(
+                    api_key,
+                    version,
+                    lambda corr, req=req: encode_request(req, corr),
+                    what,
+                    lambda n, k=api_key: routes.expect(k, n),
+                )
+                continue
             corr = checker.next_corr()
-            what = f"{describe(api_key, version)} valid request"
             checker.exchange(
                 node,
                 api_key,
@@ -160,7 +180,7 @@ def test_valid_request_every_version(harness: Harness, checker: Checker) -> None
                 encode_request(req, corr),
                 corr,
                 what,
-                role_expect(harness, api_key, node),
+                routes.expect(api_key, node),
             )
     checker.assert_clean()
 
@@ -293,8 +313,10 @@ INVALID: list[tuple[str, int, Callable[[type], bool], Callable[[Any], Any], Expe
 
 
 def test_error_paths(harness: Harness, checker: Checker) -> None:
-    """Unknown topics and invalid values, on the leader (followers answer
-    NOT_LEADER / NOT_COORDINATOR / NOT_CONTROLLER first, covered above)."""
+    """Unknown topics and invalid values, on the leader a client sends them to (the
+    harness topic's partition leader for partition requests, else the controller;
+    other nodes answer NOT_LEADER / NOT_COORDINATOR / NOT_CONTROLLER first, covered
+    above)."""
     h = harness
     for api_key, version in versions(h):
         cls = schema(checker, api_key, version)
@@ -303,24 +325,25 @@ def test_error_paths(harness: Harness, checker: Checker) -> None:
         name = describe(api_key, version)
         unknown = dataclasses.replace(h.ctx, topic="no-such-topic", topic_id=uuid.uuid4())
         if api_key != 19 and valid_request(cls, unknown) != valid_request(cls, h.ctx):
-            corr = checker.next_corr()
             exp = UNKNOWN_TOPIC[api_key](version) if api_key in UNKNOWN_TOPIC else None
-            checker.exchange(
-                h.leader,
+            req = valid_request(cls, unknown)
+            checker.exchange_routed(
                 api_key,
                 version,
-                encode_request(valid_request(cls, unknown), corr),
-                corr,
+                lambda corr, req=req: encode_request(req, corr),
                 f"{name} unknown topic",
-                exp,
+                lambda _node, exp=exp: exp,
             )
         for case, key, applies, change, exp in INVALID:
             if key != api_key or not applies(cls):
                 continue
             req = change(valid_request(cls, ctx_for(h, api_key, f"inv-{version}")))
-            corr = checker.next_corr()
-            checker.exchange(
-                h.leader, api_key, version, encode_request(req, corr), corr, f"{name} {case}", exp
+            checker.exchange_routed(
+                api_key,
+                version,
+                lambda corr, req=req: encode_request(req, corr),
+                f"{name} {case}",
+                lambda _node, exp=exp: exp,
             )
     checker.assert_clean()
 
@@ -352,7 +375,22 @@ def test_random_requests(harness: Harness, checker: Checker) -> None:
     checker.assert_clean()
 
 
-def test_unknown_tagged_fields(harness: Harness, checker: Checker) -> None:
+def _tagged_frame(cls: type, req: Any, api_key: int, version: int, where: str, corr: int) -> bytes:
+    """req's frame with an unknown tag in the header, the body or a nested struct
+    (callers check a nested struct exists)."""
+    head = encode_header(api_key, version, corr)
+    body = encode_body(req)
+    if where == "header":
+        hm = [m for m in landmarks(cls.__header_schema__, head) if m.kind == "tags"]
+        head = inject_tag(head, hm[-1])
+    else:
+        bm = [m for m in landmarks(cls, body) if m.kind == "tags"]
+        nested = [m for m in bm if m.path.count(".") > 1]
+        body = inject_tag(body, nested[0] if where == "nested" else bm[-1])
+    return frame(head + body)
+
+
+def test_unknown_tagged_fields(harness: Harness, routes: Routes, checker: Checker) -> None:
     """KIP-482: an unknown tag in the header, in the body, and in a nested
     struct of every flexible version is skipped and the request answered."""
     h = harness
@@ -362,26 +400,18 @@ def test_unknown_tagged_fields(harness: Harness, checker: Checker) -> None:
             continue
         for where in ("header", "body", "nested"):
             req = valid_request(cls, ctx_for(h, api_key, f"tag-{version}"))
-            corr = checker.next_corr()
-            head = encode_header(api_key, version, corr)
-            body = encode_body(req)
-            if where == "header":
-                hm = [m for m in landmarks(cls.__header_schema__, head) if m.kind == "tags"]
-                head = inject_tag(head, hm[-1])
-            else:
-                bm = [m for m in landmarks(cls, body) if m.kind == "tags"]
-                nested = [m for m in bm if m.path.count(".") > 1]
-                if where == "nested" and not nested:
+            if where == "nested":
+                marks = landmarks(cls, encode_body(req))
+                if not [m for m in marks if m.kind == "tags" and m.path.count(".") > 1]:
                     continue
-                body = inject_tag(body, nested[0] if where == "nested" else bm[-1])
-            checker.exchange(
-                h.leader,
+            checker.exchange_routed(
                 api_key,
                 version,
-                frame(head + body),
-                corr,
+                lambda corr, c=cls, r=req, k=api_key, v=version, w=where: _tagged_frame(
+                    c, r, k, v, w, corr
+                ),
                 f"{describe(api_key, version)} unknown tag in the {where}",
-                role_expect(h, api_key, h.leader),
+                lambda n, k=api_key: routes.expect(k, n),
             )
     checker.assert_clean()
 
@@ -466,17 +496,22 @@ def test_hypothesis_requests(harness: Harness) -> None:
 
 
 def test_metadata_and_leader_hints(harness: Harness, checker: Checker) -> None:
-    """Metadata of every version on every node names all brokers, the leader as
-    controller and as the partition leader, and (v10+) one stable non-zero
-    topic id; Produce v10+ on a follower carries the KIP-951 leader hints."""
+    """Metadata of every version on every node names all brokers, the Raft leader as
+    controller and the partition's leader as its leader (with partition groups the
+    replica its data group's Raft state says leads, read from the nodes' Status, not
+    from Metadata; with one group the Raft leader), and (v10+) one stable non-zero
+    topic id; Produce v10+ on a node not leading the partition carries the KIP-951
+    leader hints naming that leader."""
     h = harness
     ids: set[uuid.UUID] = set()
+    leader = asyncio.run(raft_partition_leader(h, h.ctx.topic, h.ctx.partition))
+    assert leader in h.cluster.nodes, f"no Raft leader of {h.ctx.topic}/{h.ctx.partition}"
     for api_key, version in versions(h):
         if api_key not in (0, 3):
             continue
         cls = request_schema(api_key, version)
         for node in h.nodes:
-            if api_key == 0 and (version < 10 or node == h.leader):
+            if api_key == 0 and (version < 10 or node == leader):
                 continue
             corr = checker.next_corr()
             what = f"{describe(api_key, version)} hints"
@@ -487,7 +522,7 @@ def test_metadata_and_leader_hints(harness: Harness, checker: Checker) -> None:
                 continue
             if api_key == 0:
                 part = body.responses[0].partition_responses[0]
-                if part.current_leader.leader_id != h.leader or not body.node_endpoints:
+                if part.current_leader.leader_id != leader or not body.node_endpoints:
                     checker.fail(
                         node, what, f"no KIP-951 leader hint: {part}, {body.node_endpoints}"
                     )
@@ -498,8 +533,12 @@ def test_metadata_and_leader_hints(harness: Harness, checker: Checker) -> None:
             if version >= 1 and body.controller_id != h.leader:
                 checker.fail(node, what, f"controller_id {body.controller_id}, leader {h.leader}")
             topic = body.topics[0]
-            if topic.partitions[0].leader_id != h.leader:
-                checker.fail(node, what, f"partition leader {topic.partitions[0].leader_id}")
+            if topic.partitions[0].leader_id != leader:
+                checker.fail(
+                    node,
+                    what,
+                    f"partition leader {topic.partitions[0].leader_id}, Raft says {leader}",
+                )
             if version >= 10:
                 ids.add(topic.topic_id)
     if ids and (len(ids) != 1 or uuid.UUID(int=0) in ids):

@@ -69,6 +69,12 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             role = ctx.role(t.name, p.partition_index)
             client_epoch = getattr(p, "current_leader_epoch", -1)
             entry = _entry(p.partition_index, _leader_error(role))
+            if not fsm.has_partition(t.name, p.partition_index) and topic_allowed(
+                ctx, call, Operation.DESCRIBE, t.name
+            ):
+                # Kafka's answer on every broker; with partition groups no node leads a
+                # partition that does not exist, so the leader check would say NOT_LEADER.
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
             if entry["error_code"] != ErrorCode.none:
                 parts.append(entry)
                 continue

@@ -64,7 +64,9 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         elif not topic_allowed(ctx, call, Operation.WRITE, name):
             topic_err = ErrorCode.topic_authorization_failed  # nothing is proposed
         elif ctx.partitions.topic(name) is None:
-            if not may_create_topic(ctx, call, name):
+            # Kafka answers an unknown topic UNKNOWN_TOPIC_OR_PARTITION on every broker; only
+            # where auto-creation would create it may another node (the controller) help.
+            if not may_create_topic(ctx, call, name) or not ctx.partitions.auto_create_topics:
                 topic_err = ErrorCode.unknown_topic_or_partition
             elif ctx.controller.is_leader():  # creating a topic is the controller's
                 topic_err, _ = await ctx.producing.ensure_topic(name)
@@ -75,6 +77,12 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         for pd in td.partition_data:
             if topic_err != ErrorCode.none:
                 parts.append((pd.index, topic_err))
+                continue
+            if not ctx.partitions.has_partition(name, pd.index):
+                # Before any leadership question: no node leads a partition that does not
+                # exist (with partition groups it has no group), and Kafka's brokers all
+                # answer UNKNOWN_TOPIC_OR_PARTITION for it.
+                parts.append((pd.index, ErrorCode.unknown_topic_or_partition))
                 continue
             records = pd.records
             if records is None:

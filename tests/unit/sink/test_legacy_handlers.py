@@ -58,6 +58,10 @@ def test_list_offsets_v0_old_style_offsets(ts: int, max_num: int, offsets: list[
 
 def test_list_offsets_v0_on_a_follower() -> None:
     node = MemoryNode(node_id=2, leader_id=1)
+    # A topic that does not exist: UNKNOWN_TOPIC_OR_PARTITION on every broker, as Kafka.
+    r = call(node, 2, 0, _list_offsets_v0(-1, 1))
+    assert {int(p.error_code) for p in r.topics[0].partitions} == {3}
+    node.apply(commands.encode_create_topic("t", 8, uuid.uuid4()))  # partitions 0 and 7 exist
     r = call(node, 2, 0, _list_offsets_v0(-1, 1))
     assert {int(p.error_code) for p in r.topics[0].partitions} == {6}  # NOT_LEADER_OR_FOLLOWER
 
@@ -215,3 +219,34 @@ def test_fetch_v0_v3_of_undecodable_records_is_corrupt_message(version: int) -> 
     assert node.fsm.high_watermark("t", 0) == 2
     p = call(node, 1, version, _fetch(0, 1 << 20)).responses[0].partitions[0]
     assert (int(p.error_code), p.records) == (2, b"")  # CORRUPT_MESSAGE, no traceback
+
+
+def test_produce_to_a_partition_or_topic_that_does_not_exist_on_a_follower() -> None:
+    """Kafka answers UNKNOWN_TOPIC_OR_PARTITION on every broker; with partition groups no
+    node leads a partition that does not exist, so the leadership check answered
+    NOT_LEADER_OR_FOLLOWER on every node (found by the conformance harness routed to the
+    partition's leader). Where auto-creation is on, a follower still sends the client to
+    the controller (NOT_LEADER_OR_FOLLOWER): that node creates the topic."""
+    node = MemoryNode(node_id=2, leader_id=1, auto_create_topics=False)
+    node.apply(commands.encode_create_topic("t", 1, uuid.uuid4()))
+    values = request_values(0) | {
+        "acks": -1,
+        "topic_data": [
+            {
+                "name": "t",
+                "partition_data": [
+                    {"index": 0, "records": make_batch([b"a"])},
+                    {"index": 7, "records": make_batch([b"a"])},
+                ],
+            },
+            {"name": "nope", "partition_data": [{"index": 0, "records": make_batch([b"a"])}]},
+        ],
+    }
+    r = call(node, 0, 9, values)
+    codes = {
+        (t.name, p.index): int(p.error_code) for t in r.responses for p in t.partition_responses
+    }
+    assert codes == {("t", 0): 6, ("t", 7): 3, ("nope", 0): 3}
+    creating = MemoryNode(node_id=2, leader_id=1, auto_create_topics=True)
+    r = call(creating, 0, 9, values)
+    assert int(r.responses[1].partition_responses[0].error_code) == 6
