@@ -248,6 +248,7 @@ class SinkNode:
             moves=MoveDriver(cfg.node_id, self._raft_address_of, self._finish_move),
         )
         self.move_ops = MoveOps(node, fsm, self._placement_hosts, self.data_groups.wake)
+        service.partition_moves = self.move_ops  # the Kafka reassignment APIs
         self.leaders = LeadersTable()
         self.leader_poller = LeaderPoller(
             cfg.node_id,

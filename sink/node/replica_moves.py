@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sink.kafka.protocol.errors import ErrorCode
 from sink.members.operator import BUSY, INVALID, NOT_LEADER, TIMEOUT, MembershipError
 from sink.placement import (
     ADD_LEARNER,
@@ -94,7 +95,9 @@ class MoveOps:
         try:
             plan = move_replicas(topology, g.replicas, target)
         except PlacementError as exc:
-            raise MembershipError(INVALID, str(exc)) from None
+            err = MembershipError(INVALID, str(exc))
+            err.kafka_code = exc.code  # type: ignore[attr-defined]
+            raise err from None
         # The entry is a compare-and-set on g.replicas: two racing starts cannot both apply.
         data = encode_move(g.group, g.replicas, plan.target)
         refused = await self._apply(data, timeout)
@@ -119,6 +122,31 @@ class MoveOps:
             raise MembershipError(INVALID, refused)
         self.wake()
         return {"op": "move_done", "group": group, "replicas": list(target)}
+
+    async def reassign(
+        self, topic: str, partition: int, replicas: list[int] | None, timeout_s: float
+    ) -> tuple[ErrorCode, str | None]:
+        """AlterPartitionReassignments for one partition -> (error, message), as Kafka's
+        controller answers: NOT_CONTROLLER off the controller's leader,
+        NO_REASSIGNMENT_IN_PROGRESS for a cancel (replicas None) with nothing pending,
+        INVALID_REPLICA_ASSIGNMENT / INVALID_REPLICATION_FACTOR for a bad list."""
+        try:
+            if replicas is None:
+                self._require_leader()
+                g = self._group(topic, partition)
+                if not g.target:
+                    return ErrorCode.no_reassignment_in_progress, None
+                replicas = list(g.replicas)  # back where it was: the leader converges
+            await self.start(topic, partition, replicas, timeout_s)
+        except MembershipError as exc:
+            code = {
+                NOT_LEADER: ErrorCode.not_controller,
+                UNKNOWN_PARTITION: ErrorCode.unknown_topic_or_partition,
+                BUSY: ErrorCode.request_timed_out,
+                TIMEOUT: ErrorCode.request_timed_out,
+            }.get(exc.code, getattr(exc, "kafka_code", ErrorCode.invalid_replica_assignment))
+            return code, str(exc)
+        return ErrorCode.none, None
 
     def pending(self) -> list[dict[str, Any]]:
         """The moves not finished yet (any node answers from its applied placement)."""
