@@ -9,7 +9,8 @@
     {"op": "retire"}                     (sent by the leader to a node it removed)
     {"op": "move", "topic": T, "partition": P, "replicas": [N, ...]}
                                          (partition groups: move a partition's data group)
-    {"op": "moves"}                      (the moves not finished yet; any node answers)
+    {"op": "moves"}                      (the moves not finished yet, as the controller's
+                                         leader knows them after a ReadIndex)
     {"op": "move_done", "group": G, "target": [N, ...]}
                                          (sent by a group's leader once its voters are
                                          the target: sink/node/replica_moves.py)
@@ -171,7 +172,7 @@ class MembersEndpoint:
         if moves is None:
             raise MembershipError(INVALID, f"{kind}: partition groups are off (one group)")
         if kind == "moves":
-            return {"op": "moves", "moves": moves.pending()}
+            return {"op": "moves", "moves": await moves.pending_now(req["timeout_s"])}
         if kind == "move":
             return await moves.start(
                 req["topic"], req["partition"], req["replicas"], req["timeout_s"]

@@ -148,8 +148,20 @@ class MoveOps:
             return code, str(exc)
         return ErrorCode.none, None
 
+    async def pending_now(self, timeout: float) -> list[dict[str, Any]]:
+        """The moves not finished, linearizably: on the controller's leader after a
+        ReadIndex (so a move committed or finished before the call is seen; another
+        node's applied placement may lag), NOT_LEADER elsewhere."""
+        self._require_leader()
+        try:
+            await self.controller.read_index(timeout=min(timeout, 10.0))
+        except Exception as exc:
+            leader = getattr(exc, "leader_id", 0) or self.controller.leader_id
+            raise MembershipError(NOT_LEADER, f"no read index: {exc!r}", leader) from None
+        return self.pending()
+
     def pending(self) -> list[dict[str, Any]]:
-        """The moves not finished yet (any node answers from its applied placement)."""
+        """The moves not finished yet, from this node's applied placement."""
         out = []
         for g in sorted(self.fsm.placement, key=lambda g: g.group):
             if g.target:

@@ -35,6 +35,9 @@ class Controller:
     def is_leader(self) -> bool:
         return self.leader
 
+    async def read_index(self, timeout: float | None = None) -> int:
+        return self.index
+
     async def apply(self, data: bytes, timeout: float | None = None):
         self.index += 1
         res = self.fsm.on_apply([LogEntry(self.index, 1, EntryType.DATA, data)])[0]
@@ -65,6 +68,7 @@ def test_start_commits_the_target_and_answers_the_plan():
             "removing": [1],
         }
     ]
+    assert asyncio.run(ops.pending_now(5.0)) == ops.pending()
     done = asyncio.run(ops.done(1, [4, 2, 3], 5.0))
     assert done["replicas"] == [4, 2, 3] and ops.pending() == []
     with pytest.raises(MembershipError) as stale:  # a second done is stale
@@ -94,6 +98,9 @@ def test_a_follower_of_the_controller_says_who_leads():
     with pytest.raises(MembershipError) as exc:
         asyncio.run(ops.start("t", 0, [4, 2, 3], 5.0))
     assert exc.value.code == NOT_LEADER and exc.value.leader_id == 2
+    with pytest.raises(MembershipError) as exc:  # `moves` is answered by the leader
+        asyncio.run(ops.pending_now(5.0))
+    assert exc.value.code == NOT_LEADER
 
 
 def test_a_lost_compare_and_set_is_busy():
