@@ -230,7 +230,8 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         ctl = Control()
         clients = {i: cluster.client(i) for i in cluster.peers}
         # partition -> the nodes hosting it (every node without partition groups); the
-        # campaign moves no replica (membership is refused with groups), so it is fixed
+        # move nemesis changes it: readers may meet a node that just left (a failed read,
+        # retried elsewhere), and the final reads ask again (below)
         hosts = await replica_map(clients, opts.topic, opts.partitions, cluster.partition_groups)
         bootstrap = cluster.bootstrap_servers
         kconf = cluster.kafka_conf
@@ -338,6 +339,8 @@ async def _campaign(opts: CampaignOptions, out_dir: str) -> dict[str, Any]:
         else:
             ctl.drain_deadline = time.monotonic() + opts.drain_timeout_s
             ctl.ends = ends
+            if cluster.partition_groups:  # where the partitions are now (moves)
+                hosts.update(await replica_map(clients, opts.topic, opts.partitions, True))
             final_kafka = KafkaConsumerWorker(
                 0,
                 bootstrap,

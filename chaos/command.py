@@ -32,6 +32,7 @@ KINDS = (
     "wipe",
     "corrupt",
     "membership",
+    "move",
 )  # chaos.nemesis.KINDS (not imported: light)
 
 
@@ -54,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--nemesis",
         default=None,
         help=f"comma-separated fault kinds among {','.join(KINDS)} (default: all; with "
-        "--partition-groups all but membership)",
+        "--partition-groups all but membership; move only with --partition-groups)",
     )
     p.add_argument("--nodes", type=int, default=3, help="node processes (default 3; 5 works)")
     p.add_argument(
@@ -103,6 +104,13 @@ def run(args: argparse.Namespace) -> int:
         print(
             "raftsink chaos: the membership nemesis is not supported with --partition-groups: "
             "data groups' replica sets do not move on membership changes yet (docs/chaos.md)",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.partition_groups and "move" in nemeses:
+        print(
+            "raftsink chaos: the move nemesis needs --partition-groups (it moves a "
+            "partition's data group)",
             file=sys.stderr,
         )
         return 2

@@ -18,12 +18,16 @@ Kinds (one fault at a time, then healed, then a quiet gap):
                                    the others but cannot send to them)
     membership  remove the target and re-add it, or replace it (kill, remove, wipe
                 its data, start it empty, add it back) (chaos.membership)
+    move        (partition groups only) a partition's data group moves off the target
+                (or onto a node without a replica, where there is one) and back when
+                the window ends: the node rejoins empty (chaos.moves)
     disk        the target's fsyncs block ("stall") or take 0.3 s each ("slow"),
                 or the target's and others' block, a majority in all ("stall-majority":
                 no commit is possible) until the window ends (chaos.node hook)
 
 With partition groups (`partition_groups=True`), "the leader" is the node leading the
-most data groups (current_leader), and `membership` is refused (GROUPS_UNSUPPORTED).
+most data groups (current_leader), `membership` is refused (GROUPS_UNSUPPORTED), and
+`move` runs only there (GROUPS_ONLY).
 """
 
 from __future__ import annotations
@@ -37,7 +41,10 @@ from typing import Any
 from chaos.fault_cluster import ChaosCluster, link
 from chaos.history import History
 
-KINDS = ("kill", "pause", "partition", "disk", "wipe", "corrupt", "membership")
+KINDS = ("kill", "pause", "partition", "disk", "wipe", "corrupt", "membership", "move")
+ONE_GROUP_KINDS = KINDS[:-1]
+"""Every kind but `move` (partition groups only): one-group schedules deal from these, as
+before `move` existed, so a seed's schedule is unchanged."""
 ADMIT_TIMEOUT_S = 90.0
 """How long a wiped or corrupted node may take to be a voting member again before
 the next fault (one replacement at a time: a second before the first is admitted
@@ -64,7 +71,7 @@ class Fault:
 @dataclass(frozen=True)
 class ScheduleOptions:
     duration_s: float
-    kinds: tuple[str, ...] = KINDS
+    kinds: tuple[str, ...] = ONE_GROUP_KINDS
     warmup_s: float = 5.0
     cooldown_s: float = 3.0
     fault_min_s: float = 3.0
@@ -81,6 +88,12 @@ GROUPS_UNSUPPORTED = {
 }
 """Kinds a campaign with partition groups refuses, and why."""
 
+GROUPS_ONLY = {
+    "move": "it moves a partition's data group (raftsink partitions move), which needs "
+    "--partition-groups",
+}
+"""Kinds only a campaign with partition groups runs, and why."""
+
 
 def check_kinds(kinds: tuple[str, ...] | list[str], partition_groups: bool) -> None:
     """ValueError naming the first kind the campaign cannot run (unknown, or not supported
@@ -92,11 +105,14 @@ def check_kinds(kinds: tuple[str, ...] | list[str], partition_groups: bool) -> N
             raise ValueError(
                 f"nemesis {k!r} is not supported with partition groups: {GROUPS_UNSUPPORTED[k]}"
             )
+        if not partition_groups and k in GROUPS_ONLY:
+            raise ValueError(f"nemesis {k!r} is not supported on one group: {GROUPS_ONLY[k]}")
 
 
 def default_kinds(partition_groups: bool) -> tuple[str, ...]:
     """Every kind the campaign supports on this kind of cluster."""
-    return tuple(k for k in KINDS if not (partition_groups and k in GROUPS_UNSUPPORTED))
+    refused = GROUPS_UNSUPPORTED if partition_groups else GROUPS_ONLY
+    return tuple(k for k in KINDS if k not in refused)
 
 
 def make_schedule(seed: int, opts: ScheduleOptions) -> list[Fault]:
@@ -318,6 +334,10 @@ class Nemesis:
             from chaos import membership
 
             undo = await membership.inject(c, node, f.mode, desc)
+        elif f.kind == "move":
+            from chaos import moves
+
+            undo = await moves.inject(c, node, f.order, desc)
         else:
             raise ValueError(f.kind)
         op = self.history.invoke("nemesis", "nemesis", value=desc)

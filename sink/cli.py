@@ -10,6 +10,7 @@ raftsink status  role, term, commit/applied index, lag and partitions of every n
 raftsink verify  read-only integrity check of a stopped node's storage
 raftsink quotas  list / set / delete client quotas (sink/cli_quotas.py)
 raftsink members list / add / remove / replace members, transfer-leader (sink/cli_members.py)
+raftsink partitions move a partition's replicas, list moves (partition groups; sink/cli_partitions.py)
 raftsink users   list / create / alter / delete SASL users (sink/cli_users.py)
 raftsink acl     add / remove / list ACLs (sink/cli_acl.py)
 raftsink demo    the main job on the embedded default (a tool: demos/, entry point)
@@ -457,11 +458,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     from sink.cli_acl import add_parser as add_acl_parser
     from sink.cli_members import add_parser as add_members_parser
+    from sink.cli_partitions import add_parser as add_partitions_parser
     from sink.cli_quotas import add_parser as add_quotas_parser
     from sink.cli_users import add_parser as add_users_parser
 
     add_quotas_parser(sub)
     add_members_parser(sub)
+    add_partitions_parser(sub)
     add_users_parser(sub)
     add_acl_parser(sub)
 

@@ -182,6 +182,8 @@ class SinkService:
         # Partition groups (cluster.partition_groups): sink.node.routing.PartitionRouting,
         # set by use_routing(); None: every partition is group 0's (this node's).
         self.routing: Any = None
+        # Replica moves (sink.node.replica_moves.MoveOps), set with routing; None: none.
+        self.partition_moves: Any = None
         # What the handlers read partitions from (sink.kafka.server): the applied state,
         # or with partition groups sink.node.routed_reads.RoutedReads.
         self.partition_reads: Any = fsm

@@ -35,6 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest
 from kio.schema.alter_configs.v2.request import AlterConfigsRequest
+from kio.schema.alter_partition_reassignments.v0.request import (
+    AlterPartitionReassignmentsRequest,
+)
 from kio.schema.alter_user_scram_credentials.v0.request import AlterUserScramCredentialsRequest
 from kio.schema.create_acls.v3.request import CreateAclsRequest
 from kio.schema.create_partitions.v3.request import CreatePartitionsRequest
@@ -57,6 +60,7 @@ from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConf
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest
 from kio.schema.leave_group.v5.request import LeaveGroupRequest
+from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
 from kio.schema.offset_commit.v9.request import OffsetCommitRequest
 from kio.schema.offset_delete.v0.request import OffsetDeleteRequest
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest
@@ -143,6 +147,8 @@ GATES: dict[int, Callable[[Any], list[Need]]] = {
         (DescribeAclsRequest, _cluster(Operation.DESCRIBE)),
         (CreateAclsRequest, _cluster(Operation.ALTER)),
         (DeleteAclsRequest, _cluster(Operation.ALTER)),
+        (AlterPartitionReassignmentsRequest, _cluster(Operation.ALTER)),
+        (ListPartitionReassignmentsRequest, _cluster(Operation.DESCRIBE)),
     )
 }
 

@@ -7,6 +7,13 @@
     {"op": "replace", "node": OLD, "new_node": NEW, "raft": ..., "kafka": ..., "read_api": ...}
     {"op": "transfer", "node": N}        (no "node": the most caught-up voter)
     {"op": "retire"}                     (sent by the leader to a node it removed)
+    {"op": "move", "topic": T, "partition": P, "replicas": [N, ...]}
+                                         (partition groups: move a partition's data group)
+    {"op": "moves"}                      (the moves not finished yet, as the controller's
+                                         leader knows them after a ReadIndex)
+    {"op": "move_done", "group": G, "target": [N, ...]}
+                                         (sent by a group's leader once its voters are
+                                         the target: sink/node/replica_moves.py)
 
 "timeout_s" (default 600) bounds a change. Bad input is answered with code "invalid"
 and a message naming the field; a change on a follower is forwarded to the leader once
@@ -28,7 +35,8 @@ from sink.state.members import MemberAddress
 
 log = logging.getLogger("sink.members")
 
-OPS = ("list", "add", "remove", "replace", "transfer", "retire")
+OPS = ("list", "add", "remove", "replace", "transfer", "retire", "move", "moves", "move_done")
+MOVE_OPS = ("move", "moves", "move_done")
 DEFAULT_TIMEOUT_S = 600.0
 MAX_TIMEOUT_S = 24 * 3600.0
 
@@ -50,11 +58,31 @@ def parse_request(text: str) -> dict[str, Any]:
             raise MembershipError(INVALID, f"{key} must be an integer >= 1, got {v!r}")
     if op in ("add", "remove", "replace") and req.get("node") is None:
         raise MembershipError(INVALID, f"{op} needs a node id")
+    if op == "move":
+        if not isinstance(req.get("topic"), str) or not req["topic"]:
+            raise MembershipError(INVALID, "move needs a topic name")
+        _check_int(req.get("partition"), "partition", 0)
+        _check_nodes(req.get("replicas"), "replicas")
+    if op == "move_done":
+        _check_int(req.get("group"), "group", 1)
+        _check_nodes(req.get("target"), "target")
     t = req.get("timeout_s", DEFAULT_TIMEOUT_S)
     if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 < t <= MAX_TIMEOUT_S:
         raise MembershipError(INVALID, f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}], got {t!r}")
     req["op"], req["timeout_s"] = op, float(t)
     return req
+
+
+def _check_int(v: Any, key: str, least: int) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < least:
+        raise MembershipError(INVALID, f"{key} must be an integer >= {least}, got {v!r}")
+
+
+def _check_nodes(v: Any, key: str) -> None:
+    if not isinstance(v, list) or not v:
+        raise MembershipError(INVALID, f"{key} must be a non-empty list of node ids")
+    for n in v:
+        _check_int(n, f"each of {key}", 1)
 
 
 def _address(req: dict[str, Any]) -> MemberAddress | None:
@@ -76,9 +104,13 @@ class MembersEndpoint:
         read_api_of: Callable[[int], str | None],
         retire: Callable[[str], Awaitable[None]] | None = None,
         client_credentials: Callable[[], Any] | None = None,
+        moves: Any = None,
     ) -> None:
         """client_credentials: this node's gRPC channel credentials for the read API of
-        another node (TLS, sink.security.tls); None: plaintext."""
+        another node (TLS, sink.security.tls); None: plaintext. moves: the replica
+        moves' controller side (sink.node.replica_moves.MoveOps; None: one group, no
+        moves)."""
+        self.moves = moves
         self.client_credentials = client_credentials
         self.operator = operator
         self.read_api_of = read_api_of
@@ -113,6 +145,8 @@ class MembersEndpoint:
         op, kind, timeout = self.operator, req["op"], req["timeout_s"]
         if kind == "list":
             return op.describe()
+        if kind in MOVE_OPS:
+            return await self._run_move(req)
         if kind == "retire":
             if self.retire is not None:
                 self._bg = asyncio.ensure_future(self.retire("the leader removed this node"))
@@ -132,6 +166,18 @@ class MembersEndpoint:
         if new != req["node"]:
             await self._tell_removed(req["node"], gone)
         return out
+
+    async def _run_move(self, req: dict[str, Any]) -> dict[str, Any]:
+        moves, kind = self.moves, req["op"]
+        if moves is None:
+            raise MembershipError(INVALID, f"{kind}: partition groups are off (one group)")
+        if kind == "moves":
+            return {"op": "moves", "moves": await moves.pending_now(req["timeout_s"])}
+        if kind == "move":
+            return await moves.start(
+                req["topic"], req["partition"], req["replicas"], req["timeout_s"]
+            )
+        return await moves.done(req["group"], req["target"], req["timeout_s"])
 
     async def _tell_removed(self, node_id: int, addr: MemberAddress | None) -> None:
         """Best effort: a removed node may not learn it from its log (the leader stops

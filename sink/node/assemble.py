@@ -26,6 +26,7 @@ TLS (the `tls` section): the certificate files are read once before anything sta
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -51,6 +52,7 @@ from sink.node.data_groups import DataGroups
 from sink.node.disk_watch import DiskWatch
 from sink.node.leaders import LeaderPoller, LeadersTable
 from sink.node.pipeline_commits import PipelineCommits
+from sink.node.replica_moves import MoveDriver, MoveOps
 from sink.node.routed_reads import RoutedReads
 from sink.node.routing import PartitionRouting
 from sink.quotas import ClientQuotaManager, QuotaTable
@@ -98,6 +100,8 @@ class SinkNode:
         self._transport_override = transport
         self._seed = seed
         self.node: RaftGroup | None = None
+        self.move_ops: MoveOps | None = None  # partition groups: replica moves
+        self.members_endpoint: MembersEndpoint | None = None
         # With cluster.partition_groups: the process's RaftHost (group 0 = the
         # controller = self.node, plus the data groups), the reconciler and the leaders
         # table, and the leader-balancer driver over the data groups `host` runs.
@@ -266,7 +270,10 @@ class SinkNode:
             retention_interval_s=cfg.topics.retention_check_ms / 1000,
             max_entries=cfg.retention.max_entries,
             hard_max_entries=cfg.retention.hard_max_entries,
+            moves=MoveDriver(cfg.node_id, self._raft_address_of, self._finish_move),
         )
+        self.move_ops = MoveOps(node, fsm, self._placement_hosts, self.data_groups.wake)
+        service.partition_moves = self.move_ops  # the Kafka reassignment APIs
         self.leaders = LeadersTable()
         self.leader_poller = LeaderPoller(
             cfg.node_id,
@@ -323,10 +330,21 @@ class SinkNode:
         }
 
     def _preferred_replicas(self, group: int) -> tuple[int, ...] | None:
-        """A data group's replicas in placement order (the first is preferred)."""
+        """A data group's replicas in placement order (the first is preferred); during
+        a move the target's order (never hand leadership back to a leaving node)."""
         assert self.fsm is not None
         placed = self.fsm.placement.groups.get(group)
-        return placed.replicas if placed is not None else None
+        return (placed.target or placed.replicas) if placed is not None else None
+
+    async def _finish_move(self, group: int, target: tuple[int, ...]) -> None:
+        """A group led here reached its move's target: have the controller's leader
+        commit MOVE_DONE (through the Members call, which forwards to it)."""
+        if self.members_endpoint is None:
+            raise RuntimeError("the read API is not up yet")
+        req = {"op": "move_done", "group": group, "target": list(target), "timeout_s": 10.0}
+        reply = await self.members_endpoint.call(json.dumps(req), forwarded=False)
+        if reply.code:
+            raise RuntimeError(f"move_done refused: {reply.code}: {reply.error}")
 
     def _raft_address_of(self, node_id: int) -> str | None:
         addr = self.members.address_of(node_id) if self.members else None
@@ -469,6 +487,17 @@ class SinkNode:
             )
             await self.kafka_external.start()
 
+    def _members_endpoint(self) -> MembersEndpoint:
+        assert self.members is not None and self.member_watch is not None
+        self.members_endpoint = MembersEndpoint(
+            self.members,
+            self._read_api_of,
+            self.member_watch.retire,
+            client_credentials=self.read_api_client_credentials,
+            moves=self.move_ops,
+        )
+        return self.members_endpoint
+
     async def _start_read_api(self) -> None:
         cfg = self.config
         read_api = ReadApiService(
@@ -477,12 +506,7 @@ class SinkNode:
             self._wait_for_data,
             leader_read_api=self._read_api_of,
             extra_status=self._extra_status,
-            members=MembersEndpoint(
-                self.members,
-                self._read_api_of,
-                self.member_watch.retire,
-                client_credentials=self.read_api_client_credentials,
-            ),
+            members=self._members_endpoint(),
             client_credentials=self.read_api_client_credentials,
             roles=self.service,
             pipeline_commits=self.pipeline_commits,

@@ -23,6 +23,9 @@ runtime: every `interval_s` (and at once when the placement changes) it
      compaction limit is sink/node/compaction.py's rule over that group's own log: the
      worker's limit, retention.max_entries held at the group's retention floor (its
      pipelines' committed offsets), retention.hard_max_entries.
+  5. on each group this node leads whose placement has a move pending, takes the
+     move's next membership step (sink/node/replica_moves.py). A node a move adds
+     starts its replica joining (no configuration of its own: it never campaigns).
 
 Invariants: at most one RaftGroup per group id (host.start_group refuses a second);
 a group is started by one coroutine at a time (_busy); a removed group's data is
@@ -42,6 +45,7 @@ from typing import Any
 from raftlog.runtime import NodeOptions, RaftGroup, RaftHost
 from sink.node import reconcile
 from sink.node.compaction import compaction_limit
+from sink.node.replica_moves import MoveDriver
 from sink.state import SinkStateMachine
 from sink.state.data_group import DataGroupMachine
 from sink.state.placement_table import GroupPlacement
@@ -87,9 +91,11 @@ class DataGroups:
         propose_timeout_s: float = 10.0,
         max_entries: int = 0,
         hard_max_entries: int = 0,
+        moves: MoveDriver | None = None,
     ) -> None:
         """max_entries / hard_max_entries: the retention section's caps, applied to each
-        data group's log (sink/node/compaction.py); 0: off."""
+        data group's log (sink/node/compaction.py); 0: off. moves: drives replica moves
+        on the groups led here (None: moves wait)."""
         self.host = host
         self.controller = controller
         self.node_id = node_id
@@ -101,6 +107,7 @@ class DataGroups:
         self.propose_timeout_s = propose_timeout_s
         self.max_entries = max_entries
         self.hard_max_entries = hard_max_entries
+        self.moves = moves
         self.hosted: dict[int, HostedGroup] = {}
         self._proposing: set[int] = set()  # groups with a SERVE/CONFIGS in flight
         # group -> hand-off attempts to its preferred replica (DONE: it succeeded)
@@ -159,9 +166,12 @@ class DataGroups:
         for gid in decided.remove:
             await self._remove_group(gid)
         for gid, h in list(self.hosted.items()):
+            h.placement = table.groups.get(gid, h.placement)  # a move changes it
             if gid not in self._proposing and h.group.is_leader():
                 self._propose_serve(h)
                 self._hand_to_preferred(h)
+            if self.moves is not None and h.placement.target:
+                self.moves.drive(gid, h.group, h.placement.target, self.wake)
 
     def _hand_to_preferred(self, h: HostedGroup) -> None:
         """At most HAND_OFF_ATTEMPTS tries per group per process, none after one
@@ -199,13 +209,13 @@ class DataGroups:
         opened = 0
         for gid in self.host.group_ids_on_disk():
             g = table.groups.get(gid)
-            if g is not None and self.node_id in g.replicas and gid not in self.hosted:
+            if g is not None and self.node_id in g.members and gid not in self.hosted:
                 await self._start_group(g)
                 opened += 1
         return opened
 
     async def _start_group(self, g: GroupPlacement) -> None:
-        peers = {n: self.raft_address(n) or "" for n in g.replicas}
+        peers = {n: self.raft_address(n) or "" for n in g.members}
         fsm = DataGroupMachine(g.group)
         fsm.set_defaults(self.defaults)
         fsm.data.on_notify = self._notify_data
@@ -230,6 +240,9 @@ class DataGroups:
             fsm,
             options=self.options,
             compaction_limit=limit,
+            # A move's new replica joins: with an empty log it must not take `peers` as
+            # its configuration (it would count itself a voter and could campaign).
+            join=self.node_id in g.adding,
         )
         group_box.append(group)
         retention = RetentionWorker(fsm, group, self.retention_interval_s)
@@ -241,7 +254,12 @@ class DataGroups:
         retention.start()
         self.hosted[g.group] = HostedGroup(g, group, fsm, retention)
         self.started_groups += 1
-        log.info("sink.groups started group=%d replicas=%s", g.group, list(g.replicas))
+        log.info(
+            "sink.groups started group=%d replicas=%s%s",
+            g.group,
+            list(g.replicas),
+            f" joining (move to {list(g.target)})" if self.node_id in g.adding else "",
+        )
 
     async def _remove_group(self, gid: int) -> None:
         h = self.hosted.pop(gid, None)
@@ -326,6 +344,7 @@ class DataGroups:
             "removed": self.removed_groups,
             "serve_proposals": self.serve_proposals,
             "hand_offs": self.hand_offs,
+            "moves": self.moves.status() if self.moves is not None else None,
             "groups": [self._group_row(h) for _, h in sorted(self.hosted.items())],
         }
 
@@ -339,6 +358,7 @@ class DataGroups:
             "topic": info.name if info is not None else None,
             "partition": p.partition,
             "replicas": list(p.replicas),
+            "target": list(p.target),
             "role": g.role.value,
             "term": g.term,
             "leader": g.leader_id,

@@ -5,7 +5,8 @@ The runtime (sink/node/data_groups.py) feeds it the controller's applied placeme
 what runs here, and carries the decisions out; nothing here touches Raft or a disk.
 
 Rules, and why:
-- Start every group whose replica list names this node and that does not run here.
+- Start every group whose members (its replicas, and a pending move's new nodes) name
+  this node and that does not run here.
 - Remove (and delete the data of) a running or on-disk group only when the controller
   has allocated its id (id < next_group_id) and no longer places it here: ids only rise
   and are never reused (sink/state/placement_table.py), so such a group belongs to a
@@ -42,7 +43,7 @@ def plan(
     on_disk: Iterable[int] = (),
 ) -> Plan:
     """What to start and remove so that the groups here are those placed here."""
-    mine = {g.group: g for g in placement if node_id in g.replicas}
+    mine = {g.group: g for g in placement if node_id in g.members}
     here = set(running)
     start = [mine[gid] for gid in sorted(mine) if gid not in here]
     known = here | {gid for gid in on_disk if gid != 0}

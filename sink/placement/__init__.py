@@ -11,8 +11,9 @@ Public surface:
                         leader): one replica per host, striped, least loaded first
     check_replication_factor
                         INVALID_REPLICATION_FACTOR unless 1 <= RF <= live hosts
-    move_replicas, MovePlan, MoveStep, validate_assignment
-                        an operator's replica move: validation and the membership steps
+    move_replicas, MovePlan, MoveStep, validate_assignment, next_step
+                        an operator's replica move: validation, the membership steps,
+                        and the next step from a group's configuration as it is
     rebalance_preferred rewrite preferred orders when a preferred node stays dead or
                         nodes were added
     LeaderBalancer, GroupView, Transfer, leader_goal, BalancerOptions
@@ -36,9 +37,11 @@ from sink.placement.moves import (
     HAND_OFF,
     PROMOTE,
     REMOVE,
+    WAIT,
     MovePlan,
     MoveStep,
     move_replicas,
+    next_step,
     validate_assignment,
 )
 from sink.placement.options import BalancerOptions
@@ -53,6 +56,7 @@ __all__ = [
     "PREFERRED",
     "PROMOTE",
     "REMOVE",
+    "WAIT",
     "BalancerOptions",
     "GroupView",
     "LeaderBalancer",
@@ -67,6 +71,7 @@ __all__ = [
     "host_label",
     "leader_goal",
     "move_replicas",
+    "next_step",
     "place_partitions",
     "rebalance_preferred",
     "stripe_start",

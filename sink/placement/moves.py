@@ -17,7 +17,7 @@ as an intent by the controller (DESIGN §8: the replica set is controller state)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -29,12 +29,14 @@ ADD_LEARNER = "add_learner"
 PROMOTE = "promote"
 HAND_OFF = "hand_off"
 REMOVE = "remove"
+WAIT = "wait"
+"""next_step only: the learner `node` is still catching up; nothing to do yet."""
 
 
 @dataclass(frozen=True, slots=True)
 class MoveStep:
     action: str
-    """ADD_LEARNER, PROMOTE, HAND_OFF or REMOVE."""
+    """ADD_LEARNER, PROMOTE, HAND_OFF or REMOVE (and WAIT from next_step)."""
     node: int
 
 
@@ -126,3 +128,43 @@ def move_replicas(
         steps.append(MoveStep(HAND_OFF, target_t[0]))
     steps += [MoveStep(REMOVE, n) for n in removing]
     return MovePlan(current_t, target_t, adding, removing, tuple(steps))
+
+
+def next_step(
+    voters: Sequence[int],
+    learners: Sequence[int],
+    target: Sequence[int],
+    leader: int,
+    caught_up: Callable[[int], bool],
+    live: Callable[[int], bool] = lambda n: True,
+) -> MoveStep | None:
+    """The one membership change a group's leader makes next to bring its Raft
+    configuration (voters, learners) to `target`, in move_replicas' order, read from
+    the configuration as it is now (so a new leader, or a changed target, resumes
+    where the last step left off); None when the voters are exactly the target and no
+    learner is left (the move is done).
+
+    - a learner that is not in the target is removed first (an abandoned move's);
+    - every target node not yet in the configuration is added as a learner;
+    - a learner in the target is promoted once `caught_up(n)` (one at a time: the
+      core allows one configuration change in flight); until then the step is WAIT;
+    - then, if this leader is being removed, it hands leadership to the target's
+      first voter (never a forced election);
+    - then the voters not in the target are removed, dead ones (`live` False) first.
+    Every step is safe to repeat: the caller re-reads the configuration each time.
+    """
+    vset, lset, tset = set(voters), set(learners), set(target)
+    for n in sorted(lset - tset):
+        return MoveStep(REMOVE, n)
+    for n in target:
+        if n not in vset and n not in lset:
+            return MoveStep(ADD_LEARNER, n)
+    for n in target:
+        if n in lset:
+            return MoveStep(PROMOTE if caught_up(n) else WAIT, n)
+    removing = sorted(vset - tset, key=lambda n: (live(n), n))
+    if not removing:
+        return None
+    if leader in removing:
+        return MoveStep(HAND_OFF, next(n for n in target if n in vset))
+    return MoveStep(REMOVE, removing[0])

@@ -54,9 +54,13 @@ from sink.state.partition_data import (
 )
 from sink.state.placement_table import (
     ADD_PARTITIONS,
+    MOVE_DONE,
+    MOVE_REPLICAS,
     PLACE_TOPIC,
     PlacementTable,
     decode_add_partitions,
+    decode_move,
+    decode_move_done,
     decode_place_topic,
 )
 from sink.state.users import ALTER_USERS, UserTable
@@ -209,6 +213,8 @@ class SinkStateMachine(StateMachine):
                 results.append(self._apply_place_topic(e))
             elif tag == ADD_PARTITIONS:
                 results.append(self._apply_add_partitions(e))
+            elif tag in (MOVE_REPLICAS, MOVE_DONE):
+                results.append(self._apply_move(tag, e))
             else:  # never crash a node over one entry it cannot read
                 log.error("sink.apply unknown command tag=%r index=%d", tag, e.index)
                 results.append(None)
@@ -397,6 +403,18 @@ class SinkStateMachine(StateMachine):
             self.topic_configs.set(c.name, configs)
         self.placement.place(tid, c.replicas)
         return res
+
+    def _apply_move(self, tag: int, e: LogEntry) -> str | None:
+        """A replica move's start (MOVE_REPLICAS) or end (MOVE_DONE) -> None, or why it
+        changed nothing (a compare-and-set that lost: the proposer reads the table
+        again)."""
+        try:
+            if tag == MOVE_REPLICAS:
+                return self.placement.move(decode_move(e.data))
+            return self.placement.move_done(decode_move_done(e.data))
+        except ValueError as exc:
+            log.error("sink.apply refused move entry index=%d: %r", e.index, exc)
+            return f"malformed entry: {exc}"
 
     def _apply_add_partitions(self, e: LogEntry) -> topic_admin.CreatePartitionsResult:
         """CreatePartitions of a placed topic: the new partitions and their data groups

@@ -13,6 +13,17 @@ partition groups"). Applied by SinkStateMachine (the controller group, group 0).
                     applies only while the topic has that id and exactly
                     count - len(replicas) partitions, so a replayed or raced entry
                     changes nothing)
+    MOVE_REPLICAS   b"V" | JSON {"group": id, "replicas": [node, ...] (the group's list
+                                 now: applies only while it is exactly that),
+                                 "target": [node, ...]}
+                    (an operator's move, sink.placement.moves: sets the group's target;
+                    a target equal to the replicas clears a pending move; a new target
+                    replaces a pending one: the group's leader converges its Raft
+                    configuration on whatever the target is when it looks)
+    MOVE_DONE       b"F" | JSON {"group": id, "target": [node, ...]}
+                    (the group's leader saw its voters become exactly the target:
+                    replicas := target, target cleared; applies only while the target
+                    is exactly that list, so a stale or replayed entry changes nothing)
 
 Invariants (tests/unit/sink/test_placement_table.py):
 - group ids are allocated at apply time, in partition order, from next_group_id,
@@ -24,7 +35,10 @@ Invariants (tests/unit/sink/test_placement_table.py):
 - the table names only topics in the controller's topic table: DeleteTopics removes
   the topic's rows in the same apply;
 - a placed topic's partitions are exactly 0..P-1 of its TopicInfo, each in one group
-  (ADD_PARTITIONS appends P..count-1 and raises P in the same apply).
+  (ADD_PARTITIONS appends P..count-1 and raises P in the same apply);
+- during a move a group is hosted on `members` (replicas, then the target's new
+  nodes): a node leaves a group only once MOVE_DONE dropped it from both lists, which
+  its leader proposes only after the node left the group's Raft configuration.
 """
 
 from __future__ import annotations
@@ -36,6 +50,8 @@ from typing import Any, NamedTuple
 
 PLACE_TOPIC = 0x57  # "W"
 ADD_PARTITIONS = 0x4E  # "N"
+MOVE_REPLICAS = 0x56  # "V"
+MOVE_DONE = 0x46  # "F"
 FIRST_DATA_GROUP = 1
 MAX_PARTITIONS = 2**31 - 1  # Kafka's partition ids are int32
 
@@ -69,6 +85,35 @@ class GroupPlacement(NamedTuple):
     topic_id: str  # hex
     partition: int
     replicas: tuple[int, ...]
+    target: tuple[int, ...] = ()
+    """The replica list an unfinished move goes to (empty: no move)."""
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        """The nodes that host the group now: its replicas, then a move's new nodes."""
+        return self.replicas + tuple(n for n in self.target if n not in self.replicas)
+
+    @property
+    def adding(self) -> tuple[int, ...]:
+        """A move's new nodes (Kafka's adding_replicas)."""
+        return tuple(n for n in self.target if n not in self.replicas)
+
+    @property
+    def removing(self) -> tuple[int, ...]:
+        """The nodes a move takes the group off (Kafka's removing_replicas)."""
+        return tuple(n for n in self.replicas if self.target and n not in self.target)
+
+
+class MoveCmd(NamedTuple):
+    group: int
+    replicas: tuple[int, ...]
+    """The group's replica list when the move was decided (compare-and-set)."""
+    target: tuple[int, ...]
+
+
+class MoveDoneCmd(NamedTuple):
+    group: int
+    target: tuple[int, ...]
 
 
 def encode_place_topic(
@@ -157,6 +202,55 @@ def decode_add_partitions(data: bytes) -> AddPartitionsCmd:
     return AddPartitionsCmd(name, topic_id, partitions, replicas)
 
 
+def _node_list(raw: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{what} must be a non-empty list of node ids")
+    nodes = tuple(_int(n, "a node id") for n in raw)
+    if min(nodes) < 1 or len(set(nodes)) != len(nodes):
+        raise ValueError(f"{what} {list(nodes)}: node ids >= 1, each once")
+    return nodes
+
+
+def _move_body(data: bytes, tag: int, keys: set[str]) -> dict[str, Any]:
+    name = "MOVE_REPLICAS" if tag == MOVE_REPLICAS else "MOVE_DONE"
+    if not data or data[0] != tag:
+        raise ValueError(f"{name}: wrong tag")
+    try:
+        body = json.loads(bytes(data[1:]))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{name}: unreadable JSON: {exc}") from None
+    if not isinstance(body, dict) or set(body) != keys:
+        raise ValueError(f"{name}: expected the keys {sorted(keys)}")
+    if _int(body["group"], "group") < FIRST_DATA_GROUP:
+        raise ValueError(f"{name}: group {body['group']} is not a data group")
+    return body
+
+
+def encode_move(group: int, replicas: Sequence[int], target: Sequence[int]) -> bytes:
+    body = {"group": group, "replicas": list(replicas), "target": list(target)}
+    return b"V" + json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_move(data: bytes) -> MoveCmd:
+    """Strict, like decode_add_partitions: a ValueError for anything else."""
+    body = _move_body(data, MOVE_REPLICAS, {"group", "replicas", "target"})
+    return MoveCmd(
+        body["group"],
+        _node_list(body["replicas"], "MOVE_REPLICAS: replicas"),
+        _node_list(body["target"], "MOVE_REPLICAS: target"),
+    )
+
+
+def encode_move_done(group: int, target: Sequence[int]) -> bytes:
+    body = {"group": group, "target": list(target)}
+    return b"F" + json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_move_done(data: bytes) -> MoveDoneCmd:
+    body = _move_body(data, MOVE_DONE, {"group", "target"})
+    return MoveDoneCmd(body["group"], _node_list(body["target"], "MOVE_DONE: target"))
+
+
 class PlacementTable:
     """group id -> GroupPlacement, and (topic id hex, partition) -> group id."""
 
@@ -193,6 +287,30 @@ class PlacementTable:
             self.version += 1
         return gone
 
+    def move(self, c: MoveCmd) -> str | None:
+        """Apply MOVE_REPLICAS -> None, or why it changed nothing."""
+        g = self.groups.get(c.group)
+        if g is None:
+            return f"group {c.group} does not exist"
+        if g.replicas != c.replicas:
+            return f"group {c.group}'s replicas are {list(g.replicas)}, not {list(c.replicas)}"
+        target = () if c.target == g.replicas else c.target
+        if target != g.target:
+            self.groups[c.group] = g._replace(target=target)
+            self.version += 1
+        return None
+
+    def move_done(self, c: MoveDoneCmd) -> str | None:
+        """Apply MOVE_DONE -> None, or why it changed nothing."""
+        g = self.groups.get(c.group)
+        if g is None:
+            return f"group {c.group} does not exist"
+        if not g.target or g.target != c.target:
+            return f"group {c.group}'s move target is {list(g.target)}, not {list(c.target)}"
+        self.groups[c.group] = g._replace(replicas=c.target, target=())
+        self.version += 1
+        return None
+
     def group_of(self, topic_id: str, partition: int) -> GroupPlacement | None:
         gid = self.by_part.get((topic_id, partition))
         return None if gid is None else self.groups[gid]
@@ -218,7 +336,12 @@ class PlacementTable:
     def to_json(self) -> dict[str, Any]:
         return {
             "next": self.next_group_id,
-            "groups": [[g.group, g.topic_id, g.partition, list(g.replicas)] for g in self],
+            # a fifth item only while a move is pending (older snapshots have four)
+            "groups": [
+                [g.group, g.topic_id, g.partition, list(g.replicas)]
+                + ([list(g.target)] if g.target else [])
+                for g in self
+            ],
         }
 
     @classmethod
@@ -228,8 +351,9 @@ class PlacementTable:
         if not state:
             return table
         table.next_group_id = int(state["next"])
-        for gid, tid, p, replicas in state["groups"]:
-            table.groups[gid] = GroupPlacement(gid, tid, p, tuple(replicas))
+        for gid, tid, p, replicas, *rest in state["groups"]:
+            target = tuple(rest[0]) if rest else ()
+            table.groups[gid] = GroupPlacement(gid, tid, p, tuple(replicas), target)
             table.by_part[(tid, p)] = gid
         table.version = 1
         return table

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from sink.kafka.handlers import (
     alter_client_quotas,
     alter_configs,
+    alter_partition_reassignments,
     alter_user_scram_credentials,
     api_versions,
     create_acls,
@@ -43,6 +44,7 @@ from sink.kafka.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_partition_reassignments,
     metadata,
     offset_commit,
     offset_delete,
@@ -95,6 +97,8 @@ _MODULES = (
     describe_acls,
     create_acls,
     delete_acls,
+    alter_partition_reassignments,
+    list_partition_reassignments,
 )
 
 REGISTRY: MappingProxyType[int, Api] = MappingProxyType(

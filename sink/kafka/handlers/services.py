@@ -285,6 +285,22 @@ class TopicLifecycleAdmin(Protocol):
     def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int]]: ...
 
 
+class PartitionMoves(Protocol):
+    """Replica moves of partition groups (sink.node.replica_moves.MoveOps):
+    AlterPartitionReassignments / ListPartitionReassignments."""
+
+    async def reassign(
+        self, topic: str, partition: int, replicas: list[int] | None, timeout_s: float
+    ) -> tuple[ErrorCode, str | None]:
+        """Start a move to replicas (None: cancel the pending one) on the controller's
+        leader -> (error, message)."""
+        ...
+
+    def pending(self) -> list[dict[str, Any]]:
+        """The moves not finished: topic, partition, replicas, target, adding, removing."""
+        ...
+
+
 class QuotaAdmin(Protocol):
     """Client quota configuration: read from the applied state, changed through the log."""
 
@@ -399,6 +415,9 @@ class HandlerContext:
     authorizer: AclDecisions | None = None
     """The ACL decision every request passes (sink.kafka.authorize); None:
     authorization is off on this node (everything allowed)."""
+    moves: PartitionMoves | None = None
+    """Replica moves (None: one group, or a context without them: the reassignment
+    APIs answer that nothing can move)."""
     roles: PartitionRoles | None = None
     """Each partition's leadership (of_node sets it; None only in contexts that
     answer no partition request)."""
@@ -431,6 +450,7 @@ class HandlerContext:
             users=getattr(service, "users", None),
             acls=getattr(service, "acls", None),
             authorizer=getattr(service, "authorizer", None),
+            moves=getattr(service, "partition_moves", None),
             roles=service,
         )
 

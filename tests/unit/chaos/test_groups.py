@@ -55,8 +55,11 @@ def test_one_group_leader_is_the_highest_term_leader():
 
 def test_membership_is_refused_with_groups_and_says_why():
     assert "membership" not in default_kinds(True)
-    assert default_kinds(False) == KINDS
+    assert default_kinds(False) == tuple(k for k in KINDS if k != "move")
+    assert "move" in default_kinds(True)
     check_kinds(default_kinds(True), True)
+    with pytest.raises(ValueError, match="not supported on one group"):
+        check_kinds(("kill", "move"), False)
     with pytest.raises(ValueError, match="not supported with partition groups: data groups"):
         check_kinds(("kill", "membership"), True)
     with pytest.raises(ValueError, match="unknown nemesis"):

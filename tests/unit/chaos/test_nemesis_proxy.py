@@ -23,7 +23,7 @@ def test_schedule_deals_every_kind_evenly_and_fits():
     opts = ScheduleOptions(duration_s=120, fault_min_s=3, fault_max_s=6, gap_min_s=2, gap_max_s=4)
     for seed in range(20):
         sched = make_schedule(seed, opts)
-        counts = {k: sum(f.kind == k for f in sched) for k in KINDS}
+        counts = {k: sum(f.kind == k for f in sched) for k in opts.kinds}
         assert max(counts.values()) - min(counts.values()) <= 1, (seed, counts)
         assert min(counts.values()) >= 2, (seed, counts)
         assert sched[0].start >= opts.warmup_s

@@ -248,6 +248,21 @@ def request_values(api_key: int, records: bytes | None = None) -> dict:
                 }
             ],
         }
+    if api_key == 45:
+        return {
+            "timeout": 5000,
+            "topics": [
+                {
+                    "name": "t",
+                    "partitions": [
+                        {"partition_index": 0, "replicas": [4, 2, 3]},
+                        {"partition_index": 1, "replicas": None},
+                    ],
+                }
+            ],
+        }
+    if api_key == 46:
+        return {"timeout": 5000, "topics": [{"name": "t", "partition_indexes": [0, 1]}]}
     acl = _acl_values(api_key)
     if acl is not None:
         return acl

@@ -1,0 +1,126 @@
+"""`raftsink partitions`: move a partition's replicas (partition groups), over the read API.
+
+    raftsink partitions move TOPIC PARTITION --replicas N,N,N  [--wait] [--json]
+    raftsink partitions moves                                  [--json]
+
+`move` commits the new replica list (first = the preferred leader) on the controller's
+leader after checking it (known, live new nodes; one replica per host); the group's
+leader then adds the new nodes as learners, promotes them once caught up, hands
+leadership over if it is itself leaving, and removes the old ones, one change at a
+time (docs/partition-groups.md, "Moving replicas"). `--wait` waits until the move is
+done. `moves` lists the moves not finished yet. The same list again changes nothing;
+the partition's current list cancels a pending move.
+
+The cluster is given by --nodes HOST:PORT,... (read API addresses) or --cluster FILE
+(cluster.json of `raftsink local`). Exit status: 0 done, 1 refused, unreachable or not
+done within --timeout (the reason on stderr), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from sink.cli_connect import add_read_api_args, use_read_api_connection
+from sink.cli_members import _nodes, call
+
+HELP = "move a partition's replicas (partition groups); list moves in progress"
+WAIT_POLL_S = 0.5
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("partitions", help=HELP, description=__doc__.split("\n\n")[0])
+    p.add_argument("action", choices=("move", "moves"))
+    p.add_argument("topic", nargs="?", help="move: the topic")
+    p.add_argument("partition", nargs="?", type=int, help="move: the partition")
+    p.add_argument("--replicas", help="move: the new replica list N,N,... (first = preferred)")
+    p.add_argument("--wait", action="store_true", help="move: wait until the move is done")
+    p.add_argument("--nodes", help="read API addresses HOST:PORT,... of the cluster")
+    p.add_argument("--cluster", help="cluster.json written by `raftsink local`")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    p.add_argument("--json", action="store_true", help="print the raw JSON reply")
+    add_read_api_args(p)
+    p.set_defaults(func=run)
+
+
+def build_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The Members request for the command line; ValueError on bad usage."""
+    if args.action == "moves":
+        return {"op": "moves", "timeout_s": args.timeout}
+    if not args.topic or args.partition is None or not args.replicas:
+        raise ValueError("move needs TOPIC PARTITION --replicas N,N,...")
+    if args.partition < 0:
+        raise ValueError(f"partition must be >= 0, got {args.partition}")
+    try:
+        replicas = [int(n) for n in args.replicas.split(",") if n.strip()]
+    except ValueError:
+        raise ValueError(f"--replicas must be node ids N,N,..., got {args.replicas!r}") from None
+    if not replicas:
+        raise ValueError("--replicas names no node")
+    return {
+        "op": "move",
+        "topic": args.topic,
+        "partition": args.partition,
+        "replicas": replicas,
+        "timeout_s": args.timeout,
+    }
+
+
+def format_moves(moves: list[dict[str, Any]]) -> str:
+    if not moves:
+        return "no move in progress"
+    lines = [f"{'topic':<24} {'part':>4} {'group':>5}  replicas -> target (adding / removing)"]
+    for m in moves:
+        lines.append(
+            f"{m['topic']:<24} {m['partition']:>4} {m['group']:>5}  {m['replicas']} -> "
+            f"{m['target']} ({m['adding']} / {m['removing']})"
+        )
+    return "\n".join(lines)
+
+
+async def _wait(nodes: list[str], group: int, timeout: float) -> tuple[str, str]:
+    """Poll `moves` until group's move is gone -> ("", "") or (code, error)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result, code, error = await call(nodes, {"op": "moves", "timeout_s": 10.0}, 10.0)
+        if not code and all(m["group"] != group for m in result.get("moves", [])):
+            return "", ""
+        if time.monotonic() > deadline:
+            return code or "timeout", error or f"group {group}'s move not done in {timeout:g} s"
+        await asyncio.sleep(WAIT_POLL_S)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        nodes = _nodes(args)
+        req = build_request(args)
+        use_read_api_connection(args)  # TLS flags, or cluster.json's
+    except (ValueError, OSError, KeyError) as exc:
+        print(f"raftsink partitions: {exc}", file=sys.stderr)
+        return 2
+    result, code, error = asyncio.run(call(nodes, req, args.timeout))
+    if code:
+        print(f"raftsink partitions {args.action}: refused ({code}): {error}", file=sys.stderr)
+        return 1
+    if args.action == "move" and args.wait:
+        code, error = asyncio.run(_wait(nodes, result["group"], args.timeout))
+        if code:
+            print(f"raftsink partitions move: {code}: {error}", file=sys.stderr)
+            return 1
+        result["done"] = True
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif args.action == "moves":
+        print(format_moves(result.get("moves", [])))
+    else:
+        steps = ", ".join(result.get("steps", [])) or "none (order only)"
+        state = "done" if result.get("done") else "started"
+        print(
+            f"move of {result['topic']}-{result['partition']} (group {result['group']}) "
+            f"{state}: {result['replicas']} -> {result['target']}; steps: {steps}"
+        )
+    return 0
