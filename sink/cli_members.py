@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from sink.cli_connect import READ_API_CREDENTIALS, add_read_api_args, use_read_api_connection
@@ -46,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _nodes(args: argparse.Namespace) -> list[str]:
+def node_addresses(args: argparse.Namespace) -> list[str]:
     if args.cluster:
         with open(args.cluster) as f:
             return [n["read_api"] for _, n in sorted(json.load(f)["nodes"].items())]
@@ -181,18 +182,30 @@ def format_list(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
+def run_request(
+    args: argparse.Namespace, command: str, build: Callable[[argparse.Namespace], dict[str, Any]]
+) -> tuple[list[str], dict[str, Any], dict[str, Any]] | int:
+    """Parse the cluster and the request, run it at the leader -> (nodes, request,
+    result), or the exit status after saying why on stderr (2 usage, 1 refused)."""
     try:
-        nodes = _nodes(args)
-        req = build_request(args)
+        nodes = node_addresses(args)
+        req = build(args)
         use_read_api_connection(args)  # TLS flags, or cluster.json's
     except (ValueError, OSError, KeyError) as exc:
-        print(f"raftsink members: {exc}", file=sys.stderr)
+        print(f"raftsink {command}: {exc}", file=sys.stderr)
         return 2
     result, code, error = asyncio.run(call(nodes, req, args.timeout))
     if code:
-        print(f"raftsink members {args.action}: refused ({code}): {error}", file=sys.stderr)
+        print(f"raftsink {command} {args.action}: refused ({code}): {error}", file=sys.stderr)
         return 1
+    return nodes, req, result
+
+
+def run(args: argparse.Namespace) -> int:
+    done = run_request(args, "members", build_request)
+    if isinstance(done, int):
+        return done
+    _, req, result = done
     if args.json:
         print(json.dumps(result, indent=2))
     elif req["op"] == "list":

@@ -25,8 +25,8 @@ import sys
 import time
 from typing import Any
 
-from sink.cli_connect import add_read_api_args, use_read_api_connection
-from sink.cli_members import _nodes, call
+from sink.cli_connect import add_read_api_args
+from sink.cli_members import call, run_request
 
 HELP = "move a partition's replicas (partition groups); list moves in progress"
 WAIT_POLL_S = 0.5
@@ -95,17 +95,10 @@ async def _wait(nodes: list[str], group: int, timeout: float) -> tuple[str, str]
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        nodes = _nodes(args)
-        req = build_request(args)
-        use_read_api_connection(args)  # TLS flags, or cluster.json's
-    except (ValueError, OSError, KeyError) as exc:
-        print(f"raftsink partitions: {exc}", file=sys.stderr)
-        return 2
-    result, code, error = asyncio.run(call(nodes, req, args.timeout))
-    if code:
-        print(f"raftsink partitions {args.action}: refused ({code}): {error}", file=sys.stderr)
-        return 1
+    done = run_request(args, "partitions", build_request)
+    if isinstance(done, int):
+        return done
+    nodes, _, result = done
     if args.action == "move" and args.wait:
         code, error = asyncio.run(_wait(nodes, result["group"], args.timeout))
         if code:

@@ -62,7 +62,47 @@ def scan_interval_s(expiration_s: float) -> float:
     return min(max(expiration_s / 4, 0.05), 60.0)
 
 
-class ProducerExpiry:
+class _Rounds:
+    """A round of expiry every `interval_s` in a task of its own while `enabled`; a
+    round that raises is logged (`_failed`) and the next one runs (not leader any more,
+    a timeout: expiry is retried, never ended by one failure)."""
+
+    _task: asyncio.Task | None
+    interval_s: float
+
+    @property
+    def enabled(self) -> bool:
+        raise NotImplementedError
+
+    async def expire_once(self) -> int:
+        raise NotImplementedError
+
+    def _failed(self, exc: Exception) -> None:
+        log.warning("sink.producer_expiry round failed: %r", exc)
+
+    def start(self) -> None:
+        if self.enabled and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)  # a period, not a synchronisation
+            try:
+                await self.expire_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._failed(exc)
+
+
+class ProducerExpiry(_Rounds):
     def __init__(
         self,
         fsm: Any,
@@ -114,26 +154,9 @@ class ProducerExpiry:
         log.info("sink.producer_expiry expired %d producer ids (%d entries)", len(idle), removed)
         return removed
 
-    def start(self) -> None:
-        if self.expiration_s > 0 and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)  # a period, not a synchronisation
-            try:
-                await self.expire_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # not leader any more, timeout: try next period
-                log.warning("sink.producer_expiry proposal failed: %r", exc)
+    @property
+    def enabled(self) -> bool:
+        return self.expiration_s > 0
 
 
 class ExpiryTarget(NamedTuple):
@@ -146,7 +169,7 @@ class ExpiryTarget(NamedTuple):
     is_leader: Callable[[], bool]
 
 
-class GroupsProducerExpiry:
+class GroupsProducerExpiry(_Rounds):
     """Producer-state expiry per data group, one task for all of a node's groups.
 
     targets() -> group id -> ExpiryTarget of every group hosted here now. A group that
@@ -200,23 +223,9 @@ class GroupsProducerExpiry:
         self.expired_total += removed
         return removed
 
-    def start(self) -> None:
-        if self.expiration_ms > 0 and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+    @property
+    def enabled(self) -> bool:
+        return self.expiration_ms > 0
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)  # a period, not a synchronisation
-            try:
-                await self.expire_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a bug here must not end expiry for good
-                log.exception("sink.producer_expiry round failed")
+    def _failed(self, exc: Exception) -> None:  # a bug here must not end expiry for good
+        log.exception("sink.producer_expiry round failed", exc_info=exc)
