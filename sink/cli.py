@@ -277,7 +277,7 @@ def _add_tls_to_cluster_file(path: str, certs: str) -> None:
 
 def _verify_snapshots(directory: str, report: Any) -> None:
     """The snapshot files beside the log (read-only): damaged ones are problems, and
-    the report says what the next start does about them (raftlog/runtime/group.py)."""
+    the report says what the next start does about them (raftlog/runtime/group_storage.py)."""
     from raftlog.runtime import check_snapshot_files
 
     intact, damaged = check_snapshot_files(directory)
