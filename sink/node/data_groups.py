@@ -242,7 +242,7 @@ class DataGroups:
             compaction_limit=limit,
             # A move's new replica joins: with an empty log it must not take `peers` as
             # its configuration (it would count itself a voter and could campaign).
-            join=self.node_id in g.adding,
+            join=self.node_id not in g.replicas,
         )
         group_box.append(group)
         retention = RetentionWorker(fsm, group, self.retention_interval_s)
@@ -258,7 +258,7 @@ class DataGroups:
             "sink.groups started group=%d replicas=%s%s",
             g.group,
             list(g.replicas),
-            f" joining (move to {list(g.target)})" if self.node_id in g.adding else "",
+            f" joining (move to {list(g.target)})" if self.node_id not in g.replicas else "",
         )
 
     async def _remove_group(self, gid: int) -> None:

@@ -17,13 +17,17 @@ partition groups"). Applied by SinkStateMachine (the controller group, group 0).
                                  now: applies only while it is exactly that),
                                  "target": [node, ...]}
                     (an operator's move, sink.placement.moves: sets the group's target;
-                    a target equal to the replicas clears a pending move; a new target
-                    replaces a pending one: the group's leader converges its Raft
-                    configuration on whatever the target is when it looks)
+                    a new target replaces a pending one, and the replicas themselves
+                    as the target cancel it (a move back, with nothing pending: no
+                    change): the group's leader converges its Raft configuration on
+                    whatever the target is when it looks. Nodes an earlier target
+                    added and the new one drops are kept `leaving` until the move is
+                    done: they may already be in the group's configuration)
     MOVE_DONE       b"F" | JSON {"group": id, "target": [node, ...]}
                     (the group's leader saw its voters become exactly the target:
-                    replicas := target, target cleared; applies only while the target
-                    is exactly that list, so a stale or replayed entry changes nothing)
+                    replicas := target, target and leaving cleared; applies only while
+                    the target is exactly that list, so a stale or replayed entry
+                    changes nothing)
 
 Invariants (tests/unit/sink/test_placement_table.py):
 - group ids are allocated at apply time, in partition order, from next_group_id,
@@ -37,8 +41,9 @@ Invariants (tests/unit/sink/test_placement_table.py):
 - a placed topic's partitions are exactly 0..P-1 of its TopicInfo, each in one group
   (ADD_PARTITIONS appends P..count-1 and raises P in the same apply);
 - during a move a group is hosted on `members` (replicas, then the target's new
-  nodes): a node leaves a group only once MOVE_DONE dropped it from both lists, which
-  its leader proposes only after the node left the group's Raft configuration.
+  nodes, then `leaving`): a node leaves a group only once MOVE_DONE dropped it from
+  every list, which the group's leader proposes only after its voters are exactly the
+  target (so the node is out of the group's Raft configuration).
 """
 
 from __future__ import annotations
@@ -87,11 +92,16 @@ class GroupPlacement(NamedTuple):
     replicas: tuple[int, ...]
     target: tuple[int, ...] = ()
     """The replica list an unfinished move goes to (empty: no move)."""
+    leaving: tuple[int, ...] = ()
+    """Nodes an earlier target of this move added and the current one dropped (a
+    cancel, a new target): still hosting until the move is done."""
 
     @property
     def members(self) -> tuple[int, ...]:
-        """The nodes that host the group now: its replicas, then a move's new nodes."""
-        return self.replicas + tuple(n for n in self.target if n not in self.replicas)
+        """The nodes that host the group now: its replicas, a move's new nodes, and the
+        nodes an abandoned target added."""
+        out = self.replicas + tuple(n for n in self.target if n not in self.replicas)
+        return out + tuple(n for n in self.leaving if n not in out)
 
     @property
     def adding(self) -> tuple[int, ...]:
@@ -294,10 +304,14 @@ class PlacementTable:
             return f"group {c.group} does not exist"
         if g.replicas != c.replicas:
             return f"group {c.group}'s replicas are {list(g.replicas)}, not {list(c.replicas)}"
-        target = () if c.target == g.replicas else c.target
-        if target != g.target:
-            self.groups[c.group] = g._replace(target=target)
-            self.version += 1
+        if c.target == g.replicas and not g.target:
+            return None  # nothing pending: no move, no change
+        if c.target == g.target:
+            return None  # the same move again
+        dropped = (*g.leaving, *g.adding)
+        leaving = tuple(dict.fromkeys(n for n in dropped if n not in c.target))
+        self.groups[c.group] = g._replace(target=c.target, leaving=leaving)
+        self.version += 1
         return None
 
     def move_done(self, c: MoveDoneCmd) -> str | None:
@@ -307,7 +321,7 @@ class PlacementTable:
             return f"group {c.group} does not exist"
         if not g.target or g.target != c.target:
             return f"group {c.group}'s move target is {list(g.target)}, not {list(c.target)}"
-        self.groups[c.group] = g._replace(replicas=c.target, target=())
+        self.groups[c.group] = g._replace(replicas=c.target, target=(), leaving=())
         self.version += 1
         return None
 
@@ -336,10 +350,12 @@ class PlacementTable:
     def to_json(self) -> dict[str, Any]:
         return {
             "next": self.next_group_id,
-            # a fifth item only while a move is pending (older snapshots have four)
+            # a fifth item (target) only while a move is pending, a sixth (leaving)
+            # only while it has one (older snapshots have four)
             "groups": [
                 [g.group, g.topic_id, g.partition, list(g.replicas)]
                 + ([list(g.target)] if g.target else [])
+                + ([list(g.leaving)] if g.leaving else [])
                 for g in self
             ],
         }
@@ -353,7 +369,8 @@ class PlacementTable:
         table.next_group_id = int(state["next"])
         for gid, tid, p, replicas, *rest in state["groups"]:
             target = tuple(rest[0]) if rest else ()
-            table.groups[gid] = GroupPlacement(gid, tid, p, tuple(replicas), target)
+            leaving = tuple(rest[1]) if len(rest) > 1 else ()
+            table.groups[gid] = GroupPlacement(gid, tid, p, tuple(replicas), target, leaving)
             table.by_part[(tid, p)] = gid
         table.version = 1
         return table

@@ -92,11 +92,20 @@ def test_compare_and_set_refusals_change_nothing():
 def test_a_new_target_replaces_a_pending_one_and_the_current_list_cancels():
     c = _placed()
     table = c.fsm.placement
+    assert c.apply(encode_move(1, [1, 2, 3], [1, 2, 3])) is None  # nothing pending
+    assert table.groups[1].target == ()
     c.apply(encode_move(1, [1, 2, 3], [4, 2, 3]))
     c.apply(encode_move(1, [1, 2, 3], [5, 2, 3]))
-    assert table.groups[1].target == (5, 2, 3)
-    c.apply(encode_move(1, [1, 2, 3], [1, 2, 3]))  # back where it is: no move
-    assert table.groups[1].target == () and table.groups[1].members == (1, 2, 3)
+    g = table.groups[1]
+    # 4 may already be in the group's configuration: it hosts until the move is done.
+    assert g.target == (5, 2, 3) and g.leaving == (4,) and g.members == (1, 2, 3, 5, 4)
+    c.apply(encode_move(1, [1, 2, 3], [1, 2, 3]))  # cancel: a move back
+    g = table.groups[1]
+    assert g.target == (1, 2, 3) and g.leaving == (4, 5) and g.members == (1, 2, 3, 4, 5)
+    assert g.adding == () and g.removing == ()
+    assert c.apply(encode_move_done(1, [1, 2, 3])) is None
+    g = table.groups[1]
+    assert (g.replicas, g.target, g.leaving, g.members) == ((1, 2, 3), (), (), (1, 2, 3))
     # Only the order changes: the target is kept (done makes the new order current).
     c.apply(encode_move(1, [1, 2, 3], [3, 1, 2]))
     assert table.groups[1].target == (3, 1, 2) and table.groups[1].adding == ()
@@ -105,12 +114,14 @@ def test_a_new_target_replaces_a_pending_one_and_the_current_list_cancels():
 def test_a_pending_move_survives_a_snapshot_and_older_snapshots_still_load():
     c = _placed()
     c.apply(encode_move(1, [1, 2, 3], [4, 2, 3]))
+    c.apply(encode_move(1, [1, 2, 3], [5, 2, 3]))
     blob = c.fsm.on_snapshot_save()
     other = SinkStateMachine()
     other.on_snapshot_load(blob)
-    assert other.placement.groups[1].target == (4, 2, 3)
+    assert other.placement.groups[1].target == (5, 2, 3)
+    assert other.placement.groups[1].leaving == (4,)
     assert other.placement.groups[2].target == ()
     state = c.fsm.placement.to_json()
-    assert [len(row) for row in state["groups"]] == [5, 4]  # the fifth only while moving
+    assert [len(row) for row in state["groups"]] == [6, 4]  # extras only while moving
     state["groups"] = [row[:4] for row in state["groups"]]  # as written before moves
     assert type(c.fsm.placement).from_json(state).groups[1].target == ()
