@@ -31,6 +31,7 @@ from sink.state.placement_table import (
     encode_add_partitions,
     encode_place_topic,
 )
+from tests.helpers.state_log import StateLog
 from tests.unit.sink.memory_services import MemoryNode
 from tests.unit.sink.test_handlers import call
 
@@ -38,17 +39,7 @@ T = uuid.UUID(int=0xA1)
 U = uuid.UUID(int=0xB2)
 
 
-class Ctl:
-    """A controller state machine fed entries one by one (its log kept for replays)."""
-
-    def __init__(self) -> None:
-        self.fsm = SinkStateMachine()
-        self.log: list[bytes] = []
-
-    def apply(self, data: bytes):
-        self.log.append(data)
-        entry = LogEntry(len(self.log), 1, EntryType.DATA, data)
-        return self.fsm.on_apply([entry])[0]
+Ctl = StateLog
 
 
 def state_of(fsm: SinkStateMachine) -> dict:

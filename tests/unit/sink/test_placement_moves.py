@@ -7,7 +7,6 @@ import uuid
 
 import pytest
 
-from raftlog.entry import EntryType, LogEntry
 from sink.state import SinkStateMachine
 from sink.state.placement_table import (
     MOVE_DONE,
@@ -18,18 +17,12 @@ from sink.state.placement_table import (
     encode_move_done,
     encode_place_topic,
 )
+from tests.helpers.state_log import StateLog
 
 T = uuid.UUID(int=0xA1)
 
 
-class Ctl:
-    def __init__(self) -> None:
-        self.fsm = SinkStateMachine()
-        self.index = 0
-
-    def apply(self, data: bytes):
-        self.index += 1
-        return self.fsm.on_apply([LogEntry(self.index, 1, EntryType.DATA, data)])[0]
+Ctl = StateLog
 
 
 def _placed() -> Ctl:

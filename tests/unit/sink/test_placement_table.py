@@ -10,7 +10,6 @@ import zlib
 
 import pytest
 
-from raftlog.entry import EntryType, LogEntry
 from sink.kafka.protocol.errors import ErrorCode
 from sink.state import SinkStateMachine, admin_commands, commands
 from sink.state.placement_table import (
@@ -19,19 +18,13 @@ from sink.state.placement_table import (
     decode_place_topic,
     encode_place_topic,
 )
+from tests.helpers.state_log import StateLog
 
 T = uuid.UUID(int=0xA1)
 U = uuid.UUID(int=0xB2)
 
 
-class Ctl:
-    def __init__(self) -> None:
-        self.fsm = SinkStateMachine()
-        self.index = 0
-
-    def apply(self, data: bytes):
-        self.index += 1
-        return self.fsm.on_apply([LogEntry(self.index, 1, EntryType.DATA, data)])[0]
+Ctl = StateLog
 
 
 def test_encoding_round_trips_and_refuses_inconsistent_lists():

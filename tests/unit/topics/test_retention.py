@@ -10,12 +10,12 @@ import uuid
 
 from crc32c import crc32c
 
-from raftlog.entry import EntryType, LogEntry
 from sink.kafka.protocol.records import parse_batches
 from sink.state import SinkStateMachine, commands
 from sink.topics import state as topic_state
 from sink.topics.retention import batch_max_timestamp
 from sink.topics.stamp import stamp_log_append_time
+from tests.helpers.state_log import StateLog
 from tests.unit.sink.batches import make_batch
 
 NOW = 1_800_000_000_000
@@ -29,15 +29,7 @@ def batch_at(ts: int, values: list[bytes] | None = None) -> bytes:
     return bytes(b)
 
 
-class Log:
-    def __init__(self) -> None:
-        self.fsm = SinkStateMachine()
-        self.index = 0
-
-    def apply(self, data: bytes):
-        self.index += 1
-        return self.fsm.on_apply([LogEntry(self.index, 1, EntryType.DATA, data)])[0]
-
+class Log(StateLog):
     def create(self, name: str, configs: dict[str, str], partitions: int = 1) -> None:
         assert self.apply(topic_state.encode_create(name, partitions, uuid.uuid4(), configs)).topic
 
