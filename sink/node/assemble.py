@@ -46,6 +46,7 @@ from sink.members.operator import MembershipOperator
 from sink.members.rpc import MembersEndpoint
 from sink.members.watch import MemberWatch
 from sink.metrics import KafkaCollector, NodeCollector, QuotaCollector, make_registry
+from sink.node import observe
 from sink.node.balance_driver import BalancerCollector, LeaderBalanceDriver, RaftHostSource
 from sink.node.compaction import compaction_limit
 from sink.node.data_groups import DataGroups
@@ -568,82 +569,17 @@ class SinkNode:
         self.metrics_port = self._metrics_server.server_port
 
     def _extra_metrics(self) -> dict[str, float]:
-        kafka, svc = self.kafka, self.service
-        assert kafka is not None and svc is not None
-        return {
-            "kafka_connections": len(kafka.connections),
-            "kafka_rejected_connections": kafka.rejected_connections,
-            # requests answered UNKNOWN_SERVER_ERROR because a handler raised (a bug: see the log)
-            "kafka_handler_errors": kafka.handler_errors,
-            "produce_inflight_duplicates": svc.inflight_duplicates,
-            "produce_committed_duplicates": svc.committed_duplicates,
-            "produce_sequence_gaps_retried": svc.sequence_gaps.retried,
-            "produce_sequence_gaps_refused": svc.sequence_gaps.refused,
-            # consumer-group offsets removed by this node's expiry entries
-            "group_offsets_expired": svc.offsets.expired_total,
-            # consumer groups coordinated here (sink.groups): live groups, rebalances
-            # started and members evicted by this node since it started
-            "groups": len(svc.groups.core.groups),
-            "group_rebalances": svc.groups.core.rebalances,
-            "group_evictions": svc.groups.core.evictions,
-            **(self.disk.counters() if self.disk is not None else {}),
-            **(self.retention.counters() if self.retention is not None else {}),
-            "disk_refused_appends": self.transport.refused_appends,
-            "disk_refused_transfers": self.transport.refused_transfers,
-            "tls_reloads": self.tls.reloads if self.tls is not None else 0,
-            "tls_failed_reloads": self.tls.failed_reloads if self.tls is not None else 0,
-        }
+        return observe.extra_metrics(self)
 
     def kafka_stats(self) -> dict[str, float]:
-        """The Kafka listeners' overload figures: their shared memory budgets, and
-        connections and refusals summed over the listeners (metrics, status)."""
-        servers = [k for k in (self.kafka, self.kafka_external) if k is not None]
-        if not servers:
-            return {}
-        out = dict(servers[0].memory.stats())
-        for k in servers:
-            for name, value in k.stats().items():
-                out[name] = out.get(name, 0) + value
-        return out
+        """The Kafka listeners' overload figures (sink/node/observe.py)."""
+        return observe.kafka_stats(self)
 
     def _extra_gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
-        out = self.disk.gauges() if self.disk is not None else []
-        if self.fsm is not None:
-            held = len(self.fsm.group_offsets)
-            out.append(("group_offsets_committed", "Consumer-group offsets held", {}, held))
-        return out
+        return observe.extra_gauges(self)
 
     def _extra_status(self) -> dict[str, Any]:
-        """Added to the read API's Status (`raftsink status`): the Kafka listeners'
-        overload figures and, when storage is guarded, the disk guard's state."""
-        out: dict[str, Any] = {"kafka": self.kafka_stats()}
-        if self.service is not None:
-            out["quotas"] = self.service.quota_status()
-        if self.disk is not None:
-            out["disk_guard"] = self.disk.status()
-        if self.data_groups is not None and self.host is not None:
-            out["data_groups"] = self.data_groups.status()
-            if self.balancer is not None:
-                out["leader_balance"] = self.balancer.stats()
-            out["host"] = self.host.status()
-        if self.pipeline_commits is not None:
-            out["pipeline_commits"] = {
-                "proposed": self.pipeline_commits.proposed,
-                "forwarded": self.pipeline_commits.forwarded,
-            }
-        if self.group_expiry is not None:
-            out["producer_expiry_groups"] = {
-                "groups": len(self.group_expiry.per_group),
-                "expired": self.group_expiry.expired_total,
-                "failed": self.group_expiry.failed_rounds,
-            }
-        if self.leader_poller is not None and self.leaders is not None:
-            out["leaders_table"] = {
-                "rows": len(self.leaders.rows),
-                "polls": self.leader_poller.polls,
-                "failures": self.leader_poller.failures,
-            }
-        return out
+        return observe.extra_status(self)
 
     async def hand_off_leadership(self, timeout_s: float) -> int | None:
         """Graceful shutdown's first step: a leader hands leadership to its most
