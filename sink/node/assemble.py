@@ -635,8 +635,19 @@ class SinkNode:
 
     @property
     def fatal_error(self) -> BaseException | None:
-        """The storage failure that stopped the Raft node, if any."""
-        return self.node.fatal_error if self.node is not None else None
+        """The storage failure that stopped a Raft group of this node, if any: the
+        controller's or, with partition groups, any data group's. Every group of the
+        process shares its disk and its LMDB index, and a failed disk queue refuses all
+        further writes, so one failed group means a half-alive node: serve() stops the
+        whole node on it, as on the one group's (a data group's ENOSPC used to leave the
+        node running with that replica dead)."""
+        if self.node is not None and self.node.fatal_error is not None:
+            return self.node.fatal_error
+        if self.host is not None:
+            for group in list(self.host.groups.values()):
+                if group.fatal_error is not None:
+                    return group.fatal_error
+        return None
 
     # ---------------------------------------------------- policies of the node
 
