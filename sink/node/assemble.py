@@ -49,6 +49,7 @@ from sink.node.data_groups import DataGroups
 from sink.node.disk_watch import DiskWatch
 from sink.node.leaders import LeaderPoller, LeadersTable
 from sink.node.routed_reads import RoutedReads
+from sink.node import settle
 from sink.node.routing import PartitionRouting
 from sink.quotas import ClientQuotaManager, QuotaTable
 from sink.readapi.client import ReadApiClient
@@ -84,6 +85,7 @@ class SinkNode:
         self._transport_override = transport
         self._seed = seed
         self.node: RaftGroup | None = None
+        self._fatal: BaseException | None = None  # the first group failure seen (latched)
         # With cluster.partition_groups: the process's RaftHost (group 0 = the
         # controller = self.node, plus the data groups), the reconciler and the leaders
         # table, and the leader-balancer driver over the data groups `host` runs.
@@ -259,6 +261,7 @@ class SinkNode:
                 self.leader_poller,
                 self._placement_hosts,
                 cfg.cluster.default_replication_factor,
+                settle_s=settle.SETTLE_S,
             )
         )
         # Restart: the controller's own replica applies what it knows to be committed
@@ -640,14 +643,16 @@ class SinkNode:
         process shares its disk and its LMDB index, and a failed disk queue refuses all
         further writes, so one failed group means a half-alive node: serve() stops the
         whole node on it, as on the one group's (a data group's ENOSPC used to leave the
-        node running with that replica dead)."""
-        if self.node is not None and self.node.fatal_error is not None:
-            return self.node.fatal_error
-        if self.host is not None:
+        node running with that replica dead). Latched: the host forgets its groups as
+        it stops, and the exit code after stop() must still say why."""
+        if self._fatal is None and self.node is not None:
+            self._fatal = self.node.fatal_error
+        if self._fatal is None and self.host is not None:
             for group in list(self.host.groups.values()):
                 if group.fatal_error is not None:
-                    return group.fatal_error
-        return None
+                    self._fatal = group.fatal_error
+                    break
+        return self._fatal
 
     # ---------------------------------------------------- policies of the node
 
