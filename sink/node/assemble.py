@@ -44,12 +44,12 @@ from sink.members.operator import MembershipOperator
 from sink.members.rpc import MembersEndpoint
 from sink.members.watch import MemberWatch
 from sink.metrics import KafkaCollector, NodeCollector, QuotaCollector, make_registry
+from sink.node import settle
 from sink.node.balance_driver import BalancerCollector, LeaderBalanceDriver, RaftHostSource
 from sink.node.data_groups import DataGroups
 from sink.node.disk_watch import DiskWatch
 from sink.node.leaders import LeaderPoller, LeadersTable
 from sink.node.routed_reads import RoutedReads
-from sink.node import settle
 from sink.node.routing import PartitionRouting
 from sink.quotas import ClientQuotaManager, QuotaTable
 from sink.readapi.client import ReadApiClient
