@@ -46,7 +46,7 @@ from sink.members.operator import MembershipOperator
 from sink.members.rpc import MembersEndpoint
 from sink.members.watch import MemberWatch
 from sink.metrics import KafkaCollector, NodeCollector, QuotaCollector, make_registry
-from sink.node import observe
+from sink.node import observe, settle
 from sink.node.balance_driver import BalancerCollector, LeaderBalanceDriver, RaftHostSource
 from sink.node.compaction import compaction_limit
 from sink.node.data_groups import DataGroups
@@ -103,6 +103,7 @@ class SinkNode:
         self.node: RaftGroup | None = None
         self.move_ops: MoveOps | None = None  # partition groups: replica moves
         self.members_endpoint: MembersEndpoint | None = None
+        self._fatal: BaseException | None = None  # the first group failure seen (latched)
         # With cluster.partition_groups: the process's RaftHost (group 0 = the
         # controller = self.node, plus the data groups), the reconciler and the leaders
         # table, and the leader-balancer driver over the data groups `host` runs.
@@ -299,6 +300,7 @@ class SinkNode:
                 self.leader_poller,
                 self._placement_hosts,
                 cfg.cluster.default_replication_factor,
+                settle_s=settle.SETTLE_S,
             )
         )
         # Restart: the controller's own replica applies what it knows to be committed
@@ -650,8 +652,21 @@ class SinkNode:
 
     @property
     def fatal_error(self) -> BaseException | None:
-        """The storage failure that stopped the Raft node, if any."""
-        return self.node.fatal_error if self.node is not None else None
+        """The storage failure that stopped a Raft group of this node, if any: the
+        controller's or, with partition groups, any data group's. Every group of the
+        process shares its disk and its LMDB index, and a failed disk queue refuses all
+        further writes, so one failed group means a half-alive node: serve() stops the
+        whole node on it, as on the one group's (a data group's ENOSPC used to leave the
+        node running with that replica dead). Latched: the host forgets its groups as
+        it stops, and the exit code after stop() must still say why."""
+        if self._fatal is None and self.node is not None:
+            self._fatal = self.node.fatal_error
+        if self._fatal is None and self.host is not None:
+            for group in list(self.host.groups.values()):
+                if group.fatal_error is not None:
+                    self._fatal = group.fatal_error
+                    break
+        return self._fatal
 
     # ---------------------------------------------------- policies of the node
 

@@ -25,6 +25,7 @@ the role it reports names the leader it knows (the handlers put it in the answer
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,7 +33,7 @@ from typing import Any
 from sink.kafka.handlers.services import PartitionRole
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import BatchHeader
-from sink.node import grow_topic
+from sink.node import grow_topic, settle
 from sink.node.data_groups import DataGroups, HostedGroup
 from sink.node.leaders import LeaderPoller, LeadersTable
 from sink.placement import PlacementError, Topology, count_load, place_partitions
@@ -41,6 +42,8 @@ from sink.state import CreateTopicResult, ProduceResult
 from sink.state import data_commands as dcmd
 from sink.state.placement_table import encode_add_partitions, encode_place_topic
 from sink.topics.configs import TopicConfigError, validate_all
+
+log = logging.getLogger("sink.groups")
 
 _NO_GROUP = -1
 
@@ -54,16 +57,20 @@ class PartitionRouting:
         poller: LeaderPoller | None,
         hosts: Callable[[], dict[int, str | None]],
         default_replication_factor: int,
+        settle_s: float = 0.0,
     ) -> None:
         """hosts() -> node id -> host label (None: its own host) of every controller
         voter: the nodes placement may use. default_replication_factor: for RF -1
-        (0: min(3, the number of those nodes))."""
+        (0: min(3, the number of those nodes)). settle_s: how long a creation waits
+        after its commit for the new partitions' preferred leaders to serve them
+        (sink/node/settle.py; 0: answer at commit)."""
         self.service = service
         self.groups = groups
         self.leaders = leaders
         self.poller = poller
         self.hosts = hosts
         self.default_replication_factor = default_replication_factor
+        self.settle_s = settle_s
         # One CreatePartitions at a time here (from placing to applied): a second one
         # places from the count the first left. The apply checks the count again (a
         # new leader, a lagging view), so this only spares needless refusals.
@@ -233,7 +240,26 @@ class PartitionRouting:
             )
         self.groups.wake()
         result: Any = res.result
+        if result.topic is not None:
+            await self._settle(name, range(partitions))
         return result
+
+    async def _settle(self, name: str, partitions: range) -> None:
+        """Answer a creation once its partitions are served (sink/node/settle.py)."""
+        if self.settle_s <= 0 or not partitions:
+            return
+        done = await settle.wait_settled(
+            self.groups, self.leaders, self.poller, name, partitions, self.settle_s
+        )
+        if not done:
+            log.info(
+                "sink.groups topic %r partitions %d-%d not all led by their preferred "
+                "replicas after %.1f s; answering anyway",
+                name,
+                partitions.start,
+                partitions.stop - 1,
+                self.settle_s,
+            )
 
     async def create_partitions(
         self,
@@ -253,6 +279,7 @@ class PartitionRouting:
             info = svc.fsm.topic(name)
             if info is None:
                 return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
+            before = info.partitions
             table = svc.fsm.placement
             current = [g.replicas for g in table.of_topic(info.topic_id.hex)]
             if len(current) != info.partitions:  # a one-group topic in a groups cluster
@@ -288,4 +315,6 @@ class PartitionRouting:
             return ErrorCode.invalid_partitions, (
                 refused[1] if refused else f"topic {name!r} changed meanwhile to {now} partitions"
             )
+        if result.error == ErrorCode.none:
+            await self._settle(name, range(before, count))
         return result.error, None

@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 
 @dataclass
@@ -143,6 +143,24 @@ class SteadyProducer:
         return self.result
 
 
+_MOVED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
+
+def _high_watermark(c: Consumer, topic: str, partition: int, deadline: float) -> int:
+    """The partition's high watermark. librdkafka's watermark query goes to the leader
+    in its cached metadata and does not retry: after leadership moved (with partition
+    groups a membership change or a restart moves the partitions its node led) it gets
+    NOT_LEADER_FOR_PARTITION once, and its metadata refresh is under way. Retried as a
+    client would, until the deadline."""
+    while True:
+        try:
+            return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30.0)[1]
+        except KafkaException as exc:
+            if exc.args[0].code() not in _MOVED or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)  # back-off before asking again (not a synchronisation)
+
+
 def check_exactly_once(bootstrap: str, topic: str, result: LoadResult, timeout: float = 120.0):
     """Read every partition back; every acknowledged record present exactly once at its
     acknowledged offset, offsets dense. Returns the number of records read."""
@@ -158,10 +176,10 @@ def check_exactly_once(bootstrap: str, topic: str, result: LoadResult, timeout: 
     got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in expected}
     try:
         c.assign([TopicPartition(topic, p, 0) for p in expected])
-        for p in expected:  # read to the end: a duplicate past the acknowledged ones counts
-            _, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30.0)
-            expected[p] = max(expected[p], high)
         deadline = time.monotonic() + timeout
+        for p in expected:  # read to the end: a duplicate past the acknowledged ones counts
+            high = _high_watermark(c, topic, p, deadline)
+            expected[p] = max(expected[p], high)
         while any(len(got[p]) < expected[p] for p in expected):
             if time.monotonic() > deadline:
                 raise AssertionError(f"read back {[len(v) for v in got.values()]} of {expected}")

@@ -41,6 +41,7 @@ from kio.serial import entity_writer
 from sink.kafka.protocol import build, request_schema
 from tests.helpers import client_tools
 from tests.helpers.kafka_recorder import API_NAMES, NO_RESPONSE, Exchange
+from tests.helpers.partition_groups import metadata as partition_metadata
 from tests.helpers.recorded_cluster import RecordedSinkCluster, served_versions
 
 ck = pytest.importorskip("confluent_kafka")
@@ -315,8 +316,15 @@ def decoded(records: list[dict]) -> list[tuple[int, int, str, str]]:
 def check_metadata(cluster, brokers: dict[str, str], topics: dict, topic: str) -> None:
     assert brokers == {str(i): p.kafka for i, p in cluster.peers.items()}
     assert sorted(p["id"] for p in topics[topic]) == list(range(PARTITIONS))
-    leaders = {p["leader"] for p in topics[topic]}
-    assert len(leaders) == 1 and leaders <= {int(i) for i in brokers}
+    # Each partition's leader as the client read it is a broker that leads that partition
+    # by its own account (its Metadata, asked directly). With one Raft group that is the
+    # same node for every partition; with partition groups each partition's group has its
+    # own leader, so the client must read them per partition, as Kafka's clients do.
+    leaders = {p["id"]: p["leader"] for p in topics[topic]}
+    assert set(leaders.values()) <= {int(i) for i in brokers}, leaders
+    for partition, leader in leaders.items():
+        own = partition_metadata(cluster.hidden_kafka[leader], topic)
+        assert own[partition][0] == leader, (partition, leader, own)
 
 
 def _expected(topic: str, n: int = N) -> list[tuple[str, str]]:

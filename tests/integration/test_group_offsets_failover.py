@@ -312,8 +312,8 @@ def test_kafka_python_validates_its_position_after_a_leader_kill(cluster, caplog
     assert sent, "kafka-python never validated its position (OffsetForLeaderEpoch unused)"
 
 
-def leader_epoch(port: int, topic: str) -> int:
-    """Partition 0's leader epoch as Metadata (v12) reports it."""
+def partition0(port: int, topic: str):
+    """Partition 0 as the node at port answers Metadata (v12)."""
     meta = request(
         port,
         3,
@@ -324,7 +324,60 @@ def leader_epoch(port: int, topic: str) -> int:
             "include_topic_authorized_operations": False,
         },
     )
-    return meta.topics[0].partitions[0].leader_epoch
+    return meta.topics[0].partitions[0]
+
+
+def leader_epoch(port: int, topic: str) -> int:
+    """Partition 0's leader epoch as Metadata (v12) reports it."""
+    return partition0(port, topic).leader_epoch
+
+
+def kafka_port(cluster: SinkProcessCluster, node: int) -> int:
+    return int(cluster.peers[node].kafka.rsplit(":", 1)[1])
+
+
+def partition0_leader(cluster: SinkProcessCluster, topic: str, exclude: int = -1):
+    """(leader, epoch) of partition 0 as the node that leads it says (with one Raft group
+    the cluster's leader; with partition groups its data group's), None while no live
+    node other than `exclude` confirms it."""
+    for node in sorted(set(cluster.alive()) - {exclude}):
+        try:
+            p = partition0(kafka_port(cluster, node), topic)
+        except OSError:
+            continue
+        lead = p.leader_id
+        if p.error_code == 0 and lead > 0 and lead != exclude and lead in cluster.alive():
+            try:
+                own = partition0(kafka_port(cluster, lead), topic)
+            except OSError:
+                continue
+            if own.leader_id == lead:
+                return lead, own.leader_epoch
+    return None
+
+
+def _await_partition0_leader(cluster: SinkProcessCluster, topic: str) -> tuple[int, int]:
+    found: list = []
+    wait_for(lambda: found.append(partition0_leader(cluster, topic)) or found[-1], 30, "a leader")
+    return found[-1]
+
+
+def kill_partition0_leader(cluster: SinkProcessCluster, topic: str) -> int:
+    """kill -9 the node leading partition 0, wait for another node to lead it at a higher
+    epoch, restart the victim and wait until every node serves again -> the new leader."""
+    found: list = []
+    victim, epoch = _await_partition0_leader(cluster, topic)
+    cluster.kill(victim)
+
+    def moved() -> bool:
+        now = partition0_leader(cluster, topic, exclude=victim)
+        found.append(now)
+        return now is not None and now[1] > epoch
+
+    wait_for(moved, 60, "partition 0 to get a new leader")
+    cluster.start(victim)
+    asyncio.run(cluster.wait_ready(timeout=60))
+    return found[-1][0]
 
 
 def test_offset_for_leader_epoch_answers_from_the_term_table(cluster):
@@ -333,11 +386,13 @@ def test_offset_for_leader_epoch_answers_from_the_term_table(cluster):
     current_leader_epoch is fenced, a newer one unknown."""
     topic = "epochs-raw"
     produce(cluster, topic, 30)
-    port = leader_kafka_port(cluster)
-    old_term = leader_epoch(port, topic)
-    kill_leader(cluster)
+    # Partition 0's leader: the Raft leader with one group, its data group's leader with
+    # partition groups (the controller's leader may lead another partition, or none).
+    old_term = _await_partition0_leader(cluster, topic)[1]
+    kill_partition0_leader(cluster, topic)
     produce(cluster, topic, 30, start=30)
-    port = leader_kafka_port(cluster)
+    leader, _ = _await_partition0_leader(cluster, topic)
+    port = kafka_port(cluster, leader)
     term = leader_epoch(port, topic)
     assert term > old_term
 

@@ -37,6 +37,7 @@ from tests.helpers.kafka_harness import (
 )
 from tests.helpers.kafka_mutate import Mutant, build_corpus, mutate
 from tests.helpers.kafka_values import Context, valid_request
+from tests.helpers.partition_groups import metadata as partition_metadata
 from tests.integration.kafka_regressions import REGRESSION_FRAMES, REGRESSION_SEEDS
 from tests.unit.sink.batches import make_batch
 
@@ -72,12 +73,27 @@ def current_leader(h: Harness) -> int:
     return h.leader
 
 
+def keep_leader(h: Harness, timeout: float = 30.0) -> int:
+    """KEEP partition 0's leader, as a client finds it: Metadata names it and it says so
+    itself. With one Raft group that is the cluster's leader; with partition groups the
+    partition's data group's, which may be another node."""
+    deadline = time.monotonic() + timeout
+    while True:
+        named = partition_metadata(h.port(current_leader(h)), KEEP).get(0, (-1,))[0]
+        if named > 0 and partition_metadata(h.port(named), KEEP).get(0, (-1,))[0] == named:
+            return named
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no leader of {KEEP} partition 0 within {timeout} s")
+        time.sleep(0.05)  # polling Metadata for a condition, bounded above
+
+
 def produce_keep(h: Harness) -> list[bytes]:
-    """Three batches on KEEP through the leader; the batches as sent."""
-    hi = advertised(h.port(h.leader))[0][1]
+    """Three batches on KEEP through its partition's leader; the batches as sent."""
+    leader = keep_leader(h)
+    hi = advertised(h.port(leader))[0][1]
     cls = request_schema(0, hi)
     batches = [make_batch([f"keep-{i}-{j}".encode() for j in range(i + 1)]) for i in range(3)]
-    c = Conn(h.port(h.leader))
+    c = Conn(h.port(leader))
     try:
         for i, b in enumerate(batches):
             req = valid_request(cls, Context(topic=KEEP, records=b))
@@ -99,8 +115,8 @@ def split_batches(records: bytes) -> list[bytes]:
 
 
 def read_keep(h: Harness) -> list[bytes]:
-    """The batches of KEEP from offset 0, as the leader serves them (Fetch)."""
-    leader = current_leader(h)
+    """The batches of KEEP from offset 0, as its partition's leader serves them (Fetch)."""
+    leader = keep_leader(h)
     hi = min(advertised(h.port(leader))[1][1], 12)  # v13+ names topics by id
     req = valid_request(request_schema(1, hi), Context(topic=KEEP))
     c = Conn(h.port(leader))

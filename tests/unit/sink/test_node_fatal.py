@@ -1,0 +1,50 @@
+"""SinkNode.fatal_error: what serve() watches to stop a node whose storage failed.
+
+With partition groups a node's RaftHost runs the controller (group 0, SinkNode.node)
+and its data groups on one disk and one LMDB index. A data group whose disk queue hit
+ENOSPC is dead for good (the queue refuses every later write), so the node must stop
+as it does when the controller's storage fails: never a half-alive node. The groups
+are faked here (only their fatal_error is read); the real disk is
+tests/integration/test_disk_enospc.py, run with RAFTSINK_CLUSTER_PARTITION_GROUPS=true.
+"""
+
+from __future__ import annotations
+
+import errno
+from types import SimpleNamespace
+
+from sink.config import load_config
+from sink.node import storage_errno
+from sink.node.assemble import SinkNode
+from tests.unit.test_config import BASE
+
+
+def _node(groups: dict[int, BaseException | None]) -> SinkNode:
+    node = SinkNode(load_config(None, env={}, overrides=BASE))
+    fakes = {gid: SimpleNamespace(fatal_error=exc) for gid, exc in groups.items()}
+    node.node = fakes[0]  # the controller is group 0 of the host
+    node.host = SimpleNamespace(groups=fakes)
+    return node
+
+
+def test_a_data_groups_storage_failure_stops_the_node():
+    enospc = OSError(errno.ENOSPC, "No space left on device")
+    node = _node({0: None, 3: None, 7: enospc})
+    assert node.fatal_error is enospc
+    assert storage_errno(node.fatal_error) == errno.ENOSPC  # the log line names the errno
+    node.host.groups.clear()  # RaftHost.stop() forgets its groups: serve() asks after it
+    assert node.fatal_error is enospc
+
+
+def test_the_controllers_failure_comes_first_and_healthy_groups_are_none():
+    controller = OSError(errno.EIO, "Input/output error")
+    assert _node({0: controller, 3: OSError(errno.ENOSPC, "full")}).fatal_error is controller
+    assert _node({0: None, 3: None}).fatal_error is None
+
+
+def test_one_group_node_without_a_host():
+    node = SinkNode(load_config(None, env={}, overrides=BASE))
+    assert node.fatal_error is None  # not started
+    failed = OSError(errno.ENOSPC, "full")
+    node.node = SimpleNamespace(fatal_error=failed)
+    assert node.fatal_error is failed
