@@ -280,8 +280,12 @@ class RaftGroup(GroupClientMixin):
         return self.queue.read(start, min(max_count, committed - start + 1), max_bytes)
 
     def membership(self) -> dict[str, list[int]]:
-        """Current configuration: {"voters": [...], "learners": [...]} (node ids)."""
-        m = self.core.membership
+        """Current configuration: {"voters": [...], "learners": [...]} (node ids); both
+        empty while the group is still opening (a host lists it before its core exists)."""
+        core_ = getattr(self, "core", None)
+        if core_ is None:
+            return {"voters": [], "learners": []}
+        m = core_.membership
         return {"voters": sorted(m.voters), "learners": sorted(m.learners)}
 
     def identity_status(self) -> dict:

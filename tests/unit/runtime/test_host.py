@@ -280,3 +280,15 @@ def test_idle_groups_beat_one_message_per_peer_per_tick_handled_inline(tmp_path)
         await c.stop()
 
     run(main())
+
+
+def test_a_group_still_opening_has_an_empty_configuration(tmp_path):
+    # A host lists a group before its storage and core exist (start_group opens it);
+    # readers such as the leader balancer ask its membership then.
+    async def main():
+        net = LocalNetwork()
+        host = RaftHost(1, net.transport(1, groups=()), data_dir=str(tmp_path))
+        group = RaftGroup(host, 7, PEERS, RecordingFSM(), OPTS)
+        assert group.membership() == {"voters": [], "learners": []}
+
+    asyncio.run(main())
