@@ -88,7 +88,7 @@ def test_short_chaos_campaign_finds_no_anomaly(tmp_path, kinds, seconds):
     assert data["options"]["secure"] is True
 
 
-GROUPS_SECONDS = float(os.environ.get("RAFTSINK_CHAOS_GROUPS_SECONDS", "44"))
+GROUPS_SECONDS = float(os.environ.get("RAFTSINK_CHAOS_GROUPS_SECONDS", "40"))
 GROUPS_KINDS = ("kill", "pause", "partition", "disk", "move")
 """CI's partition-groups campaign (issue 16): short, so that it costs about a minute of CI
 (the workload plus ~20 s of start, drain and final reads), on the plain 3-node cluster with
