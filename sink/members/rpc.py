@@ -53,9 +53,8 @@ def parse_request(text: str) -> dict[str, Any]:
     if op not in OPS:
         raise MembershipError(INVALID, f"unknown op {op!r}; one of {', '.join(OPS)}")
     for key in ("node", "new_node"):
-        v = req.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise MembershipError(INVALID, f"{key} must be an integer >= 1, got {v!r}")
+        if req.get(key) is not None:
+            _check_int(req[key], key, 1)
     if op in ("add", "remove", "replace") and req.get("node") is None:
         raise MembershipError(INVALID, f"{op} needs a node id")
     if op == "move":

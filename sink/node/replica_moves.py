@@ -186,7 +186,9 @@ class MoveOps:
             raise MembershipError(TIMEOUT, "the controller did not commit in time") from None
         except Exception as exc:
             leader = getattr(exc, "leader_id", 0) or self.controller.leader_id
-            raise MembershipError(NOT_LEADER, f"not committed: {exc!r}", leader) from None
+            # Not proposed, or leadership moved with the outcome unknown: the entry is a
+            # compare-and-set, so running the command again at the leader is safe.
+            raise MembershipError(NOT_LEADER, f"not done here: {exc!r}", leader) from None
         return res.result
 
 
