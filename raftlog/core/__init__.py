@@ -7,6 +7,13 @@ storage; `MemoryStorage` is the in-memory reference used by tests and the
 simulator. See docs/raft-core.md.
 """
 
+from raftlog.core.config import (
+    NotYetAdmissibleError,
+    ProposalDroppedError,
+    RaftConfig,
+    RandomSource,
+    RawNotLeaderError,
+)
 from raftlog.core.log_reader import LogReader, MemoryStorage, Snapshot, entry_size
 from raftlog.core.membership import Membership, is_single_step
 from raftlog.core.messages import (
@@ -24,14 +31,7 @@ from raftlog.core.messages import (
     RequestVoteResponse,
     TimeoutNow,
 )
-from raftlog.core.node_state import (
-    NotYetAdmissibleError,
-    ProposalDroppedError,
-    RaftConfig,
-    RandomSource,
-    RawNode,
-    RawNotLeaderError,
-)
+from raftlog.core.node_state import RawNode
 from raftlog.core.progress import Inflights, Progress, ProgressState
 from raftlog.core.raft_log import RaftLog, RaftSafetyError
 from raftlog.core.ready import ReadState, Ready, Role, SoftState
