@@ -19,7 +19,8 @@ Nothing here blocks the event loop on the disk or on the quorum: proposal
 futures are parked by index (DLedger's lesson) and completed by the apply loop,
 failed when leadership is lost (outcome unknown) or on timeout.
 
-Beside it: group_api.py (the client API, a mixin), group_storage.py (opening and
+Beside it: group_api.py (the client API, a mixin), group_surface.py (what
+applications read: term, commit index, committed entries, status; a mixin), group_storage.py (opening and
 recovering the group's storage, _open's first part) and compaction.py (snapshots
 taken and stored, the log cut behind them).
 """
@@ -50,10 +51,11 @@ from raftlog.runtime.errors import (
 )
 from raftlog.runtime.group_api import GroupClientMixin, Waiter
 from raftlog.runtime.group_storage import GroupStorage
+from raftlog.runtime.group_surface import GroupReadSurface
 from raftlog.runtime.log_adapter import QueueLogReader
 from raftlog.runtime.options import NodeOptions
 from raftlog.runtime.state_machine import ApplyResult, StateMachine
-from raftlog.storage import DiskQueue, LogRangeError
+from raftlog.storage import DiskQueue
 from raftlog.storage.identity import GroupIdentity
 
 if TYPE_CHECKING:  # the host imports this module
@@ -77,7 +79,7 @@ class NodeStats:
     """Times the host's node liveness woke this group out of quiescence."""
 
 
-class RaftGroup(GroupClientMixin):
+class RaftGroup(GroupClientMixin, GroupReadSurface):
     """This process's replica of one Raft group, hosted by a RaftHost.
 
     Create it with RaftHost.add_group (or RaftNode, a host with one group).
@@ -228,122 +230,6 @@ class RaftGroup(GroupClientMixin):
             cfg.incarnation,
             self.identity.reason if self.identity else "off",
         )
-
-    # -------------------------------------------------- public read surface
-    # What applications read of a node. `core` (the RawNode) and `queue` (the
-    # DiskQueue) are internal: their invariants hold only on the node's own
-    # loops, and their shapes change with the runtime.
-
-    @property
-    def term(self) -> int:
-        """This node's current Raft term (0 before start). Only rises; sink uses it
-        as the Kafka leader epoch."""
-        core_ = getattr(self, "core", None)
-        return core_.term if core_ is not None else self._last_hs.term
-
-    @property
-    def commit_index(self) -> int:
-        """Highest log index this node knows to be committed (a follower learns it
-        from the leader, so it may lag the leader's). Invariant:
-        applied <= commit_index <= last log index."""
-        core_ = getattr(self, "core", None)
-        return core_.log.committed if core_ is not None else self._last_hs.commit
-
-    @property
-    def applied_index(self) -> int:
-        """Highest index handed to the state machine's on_apply (same as `applied`)."""
-        return self.applied
-
-    def first_index(self) -> int:
-        """First index the application may still read (entries before it were compacted
-        into a snapshot). Valid after start().
-
-        The log is cut only at a kept snapshot (see Compaction.store), so entries the last
-        snapshot released (below snapshot_keep_entries and the compaction limit) may still
-        be on disk, below the cut point a rebuilt follower needs; they are not offered: this
-        index follows the release, as it did when the cut was exact. After a restart it
-        starts from the cut (no release yet), so it may be a little lower until the next
-        snapshot: the same entries, readable again, never different ones."""
-        return max(self.queue.first_index(), self._compaction.released + 1)
-
-    def read_committed(self, start: int, max_count: int, max_bytes: int) -> list[LogEntry]:
-        """Committed entries from `start` on: at most max_count entries and, past the
-        first, about max_bytes payload bytes. Never returns an entry above
-        max(commit_index, applied) (an applied entry was committed, even while a
-        restarted node has not relearned the commit index), so what it returns
-        can no longer change. Raises raftlog.storage.LogRangeError when start is
-        below first_index() (compacted) or above that bound. Valid after start();
-        call it on the node's loop."""
-        committed = max(self.commit_index, self.applied)
-        if start > committed:
-            raise LogRangeError(f"entry {start} is above the commit index {committed}")
-        return self.queue.read(start, min(max_count, committed - start + 1), max_bytes)
-
-    def membership(self) -> dict[str, list[int]]:
-        """Current configuration: {"voters": [...], "learners": [...]} (node ids); both
-        empty while the group is still opening (a host lists it before its core exists)."""
-        core_ = getattr(self, "core", None)
-        if core_ is None:
-            return {"voters": [], "learners": []}
-        m = core_.membership
-        return {"voters": sorted(m.voters), "learners": sorted(m.learners)}
-
-    def identity_status(self) -> dict:
-        """This node's storage identity in the group: its incarnation, the one the
-        membership records for it, and whether it may vote now (`raftsink status`)."""
-        c = self.core
-        ident = self.identity
-        st: dict = {
-            "incarnation": c.cfg.incarnation,
-            "recorded": c.membership.incarnation_of(self.id),
-            "may_vote": c.may_vote,
-            "replacement": c.is_replacement(),
-            "voter": self.id in c.membership.voters,
-            "members": {str(k): v for k, v in sorted(c.membership.incarnations)},
-            "pending": sorted(c.membership.pending),
-        }
-        if ident is not None:
-            st.update(cluster_id=ident.cluster_id, legacy=ident.legacy, why=ident.reason)
-        return st
-
-    def is_leader(self) -> bool:
-        """This node is the leader of its group now (it may be deposed without
-        knowing yet; a read needing linearizability goes through read_index)."""
-        return self.role is Role.LEADER
-
-    def status(self) -> dict:
-        c = self.core
-        st = {
-            "id": self.id,
-            "group": self.group_id,
-            "role": self.role.value,
-            "term": c.term,
-            "leader": self.leader_id,
-            "commit": c.log.committed,
-            "applied": self.applied,
-            "last_index": self.queue.last_index(),
-            "durable_index": self.queue.durable_index,
-            "first_index": self.queue.first_index(),
-            "pending_proposals": self._pending_count,
-            "readies": self.stats.readies,
-            "inline_readies": self.stats.inline_readies,
-        }
-        st["membership"] = self.membership()
-        st["identity"] = self.identity_status()
-        qs, ss = self.queue.stats, self.queue.store.stats
-        st["disk"] = {
-            "batches": qs.batches,
-            "fsyncs": ss.syncs,
-            "busy_seconds": round(qs.write_seconds, 3),
-            "appended_entries": ss.appended_entries,
-        }
-        if self.role is Role.LEADER:
-            st["followers"] = {
-                pid: {"match": pr.match, "next": pr.next, "state": pr.state.name.lower()}
-                for pid, pr in c.progress.items()
-                if pid != self.id
-            }
-        return st
 
     def _check_running(self) -> None:
         if self._stopped or self._fatal is not None:
