@@ -128,6 +128,7 @@ async def serve(args: argparse.Namespace) -> None:
             tick_ms=args.tick_ms,
             coalesce_heartbeats=not args.no_coalesce,
             quiesce=not args.no_quiesce,
+            beat_ticks=args.heartbeat_ticks,
         ),
     )
     options = NodeOptions(

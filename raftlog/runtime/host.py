@@ -140,7 +140,8 @@ class RaftHost:
         self._started = False
         self._closed = False
         self._out: list[Message] = []  # beats waiting for this iteration's flush
-        self._answers: list[Message] = []  # heartbeat answers waiting for the next tick
+        self._answers: list[Message] = []  # heartbeat answers waiting for the next beat tick
+        self._held: list[Message] = []  # context-less beats waiting for the next beat tick
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._identities: dict[str, IdentityFile] = {}
@@ -155,6 +156,7 @@ class RaftHost:
         # node liveness, per peer process (node id); its ticks are this loop's
         self._beat_peers: set[int] = set()  # peers owed node beats
         self._beaten: set[int] = set()  # peers sent a Beats since the last node beats
+        self._node_beats_due = False  # node beats go at the end of this tick's first flush
         self._liveness: NodeLiveness | None = None  # made at the first group (needs T)
         self._tick_from = 0  # where the next tick's scan of _ticking starts
         self._first_slot = 0.0  # the tick of the newest fresh group's first-election slot
@@ -353,10 +355,18 @@ class RaftHost:
         out = self._out
         n = len(out)
         defer = self.options.defer_beat_answers
+        k = self.options.beat_ticks
+        # Off a beat tick, context-less beats wait for the next one (k > 1 only: with
+        # k == 1 every tick is a beat tick).
+        hold = k > 1 and self.stats.ticks % k != 0
         for m in msgs:
             if m.type in _BEAT_KINDS:
-                if defer and m.type is MsgType.HEARTBEAT_RESP and not m.context:
-                    self._answers.append(m)  # leaves with the next tick's beats
+                if m.context:
+                    out.append(m)  # confirms a read: leaves in this iteration's flush
+                elif defer and m.type is MsgType.HEARTBEAT_RESP:
+                    self._answers.append(m)  # leaves with the next beat tick's beats
+                elif hold:
+                    self._held.append(m)
                 else:
                     out.append(m)  # merged per peer at the flush, with every other group's
             else:
@@ -372,16 +382,20 @@ class RaftHost:
     def _flush(self) -> None:
         self._flush_scheduled = False
         out, self._out = self._out, []
-        if not out:
-            return
-        coalesced, _ = coalesce(out, self.node_id, self.nonce)
-        st = self.stats
-        st.beats_messages_sent += len(coalesced)
-        st.beat_rows_sent += len(out)
-        beaten = self._beaten
-        for m in coalesced:
-            beaten.add(m.dst)  # stands in for this tick's node beat to m.dst
-        self.transport.send(coalesced)
+        if out:
+            coalesced, _ = coalesce(out, self.node_id, self.nonce)
+            st = self.stats
+            st.beats_messages_sent += len(coalesced)
+            st.beat_rows_sent += len(out)
+            beaten = self._beaten
+            for m in coalesced:
+                beaten.add(m.dst)  # stands in for this tick's node beat to m.dst
+            self.transport.send(coalesced)
+        if self._node_beats_due:
+            # After the tick's beats (inline Readies made theirs before this flush
+            # ran): only peers that got none are owed a node beat.
+            self._node_beats_due = False
+            self._send_node_beats()
 
     # ---------------------------------------------------------- receiving
 
@@ -438,8 +452,12 @@ class RaftHost:
                 for _ in range(_STALL_DRAIN_ROUNDS):
                     await asyncio.sleep(0)
             self.stats.ticks += 1
-            if self._answers:  # deferred heartbeat answers (defer_beat_answers)
+            if self.stats.ticks % self.options.beat_ticks == 0 and (self._answers or self._held):
+                # A beat tick: the deferred answers (defer_beat_answers) and the held
+                # beats leave together with the beats this tick makes.
+                self._out.extend(self._held)
                 self._out.extend(self._answers)
+                self._held = []
                 self._answers = []
                 if not self._flush_scheduled:
                     self._flush_scheduled = True
@@ -524,31 +542,40 @@ class RaftHost:
         if self._liveness is not None and not self._peer_connected(peer):  # type: ignore[misc]
             self._liveness.broken(peer)
 
+    def _send_node_beats(self) -> None:
+        owed = [p for p in self._beat_peers if p not in self._beaten]
+        self._beaten = set()
+        if not owed:
+            return
+        self.stats.node_beats_sent += len(owed)
+        self.transport.send(
+            [
+                Beats(
+                    src=self.node_id,
+                    dst=p,
+                    term=0,
+                    group_id=HOST_GROUP_ID,
+                    rows=[],
+                    node_nonce=self.nonce,
+                )
+                for p in owed
+            ]
+        )
+
     def _node_beats(self) -> None:
-        """Once per tick: send a node beat to every peer that got no Beats since
-        the previous tick began, then check which peers fell silent."""
+        """Once per tick: on every node_beat_ticks-th beat tick, have the tick's flush
+        send a node beat to every peer that got no Beats since the previous node
+        beats; then check which peers fell silent."""
         now = self.stats.ticks
         if now % _PEER_REFRESH_TICKS == 0:
             self._refresh_peers()
-        owed: list[int] = []
-        if now % self.options.node_beat_ticks == 0:
-            owed = [p for p in self._beat_peers if p not in self._beaten]
-            self._beaten = set()
-        if owed:
-            self.stats.node_beats_sent += len(owed)
-            self.transport.send(
-                [
-                    Beats(
-                        src=self.node_id,
-                        dst=p,
-                        term=0,
-                        group_id=HOST_GROUP_ID,
-                        rows=[],
-                        node_nonce=self.nonce,
-                    )
-                    for p in owed
-                ]
-            )
+        # Node beats go on beat ticks only (every node_beat_ticks-th), so with
+        # beat_ticks > 1 they never add a message between two beat rounds.
+        if now % (self.options.node_beat_ticks * self.options.beat_ticks) == 0:
+            self._node_beats_due = True
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._loop.call_soon(self._flush)
         lv = self._liveness
         if lv is None:
             return

@@ -51,6 +51,7 @@ class RaftNode(RaftGroup):
                 tick_ms=opts.tick_ms,
                 housekeeping_s=min(0.1, opts.proposal_timeout_s / 4),
                 coalesce_heartbeats=coalesce_heartbeats,
+                beat_ticks=opts.heartbeat_ticks,
                 storage=opts.storage,
             ),
         )

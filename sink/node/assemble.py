@@ -242,6 +242,7 @@ class SinkNode:
                 tick_ms=opts.tick_ms,
                 housekeeping_s=min(0.1, opts.proposal_timeout_s / 4),
                 quiesce=opts.quiesce_ticks > 0,  # node beats only where groups quiesce
+                beat_ticks=opts.heartbeat_ticks,
                 storage=opts.storage,
             ),
         )
