@@ -159,7 +159,7 @@ def test_pipelined_frames_in_one_read_are_written_with_one_call():
 
 def test_oversize_prefix_closes_before_any_allocation():
     async def body():
-        server, conn, t = open_conn(KafkaLimits(max_frame_bytes=1 << 20))
+        _server, conn, t = open_conn(KafkaLimits(max_frame_bytes=1 << 20))
         for prefix in (struct.pack(">i", (1 << 20) + 1), struct.pack(">i", -1)):
             server2, conn2, t2 = open_conn(KafkaLimits(max_frame_bytes=1 << 20))
             feed(conn2, prefix + b"\x00" * 8)
