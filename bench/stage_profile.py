@@ -64,7 +64,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 # (path fragment under the repo, function name or "*") -> stage, first match wins.
 RULES: list[tuple[str, str, str]] = [
-    ("sink/kafka/connection.py", "_write_loop", "kafka: response write"),
+    ("sink/kafka/connection.py", "_write_ready", "kafka: response write"),
     ("sink/kafka/connection.py", "*", "kafka: connection read/dispatch"),
     ("sink/kafka/protocol/encoders.py", "*", "kafka: response encode"),
     ("sink/kafka/protocol/build.py", "*", "kafka: response encode"),
@@ -302,7 +302,7 @@ def instrument() -> None:
     _patch(ConnectionState, "send", "kafka: response framing")
     _patch(asyncio.StreamReader, "feed_data", "kafka: socket read (asyncio streams)")
     _patch(asyncio.StreamWriter, "writelines", "kafka: socket write")
-    _patch(Connection, "_dispatch", "kafka: dispatch (Call, quotas)", is_async=True)
+    _patch(Connection, "_dispatch", "kafka: dispatch (Call, quotas)")
     api = handlers.REGISTRY[produce.API.key]
     object.__setattr__(api, "handle", timed_async("produce: handler", api.handle))
     _patch(produce, "parse_batches", "produce: batch parse + CRC check")

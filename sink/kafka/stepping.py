@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextvars
 import types
-from collections.abc import Coroutine, Generator
+from collections.abc import Awaitable, Generator
 from typing import Any, NamedTuple
 
 
@@ -32,12 +32,15 @@ class Done(NamedTuple):
 class Suspended(NamedTuple):
     """The step waits on `yielded` (what its coroutine gave the event loop)."""
 
-    coro: Coroutine[Any, Any, Any]
+    coro: Any
+    """The step's coroutine (or its awaitable's iterator): send/throw/close."""
     yielded: Any
 
 
-def first_step(ctx: contextvars.Context, coro: Coroutine[Any, Any, Any]) -> Done | Suspended:
-    """Run coro in ctx until it returns, raises or suspends."""
+def first_step(ctx: contextvars.Context, step: Awaitable[Any]) -> Done | Suspended:
+    """Run step (a coroutine, or any awaitable: a profiler may wrap handlers) in ctx
+    until it returns, raises or suspends."""
+    coro: Any = step if isinstance(step, types.CoroutineType) else step.__await__()
     try:
         yielded = ctx.run(coro.send, None)
     except StopIteration as stop:
@@ -48,7 +51,7 @@ def first_step(ctx: contextvars.Context, coro: Coroutine[Any, Any, Any]) -> Done
 
 
 @types.coroutine
-def _drive(coro: Coroutine[Any, Any, Any], yielded: Any) -> Generator[Any, Any, Any]:
+def _drive(coro: Any, yielded: Any) -> Generator[Any, Any, Any]:
     # What `await coro` does, starting after coro's first suspension: hand what it
     # yielded to the task (a future it blocks on, or None for a bare yield), pass
     # back what the task sends or throws (its cancellation included).

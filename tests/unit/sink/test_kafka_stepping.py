@@ -118,3 +118,33 @@ def test_nothing_under_sink_needs_a_current_task():
             if _NEEDS_TASK.search(line):
                 found.append(f"{rel}:{i}: {line.strip()}")
     assert not found, "needs a current task (see sink.kafka.stepping):\n" + "\n".join(found)
+
+
+class _Wrapped:
+    """An awaitable that is not a coroutine (as bench/stage_profile wraps handlers)."""
+
+    def __init__(self, coro) -> None:
+        self.coro = coro
+
+    def __await__(self):
+        return (yield from self.coro.__await__())
+
+
+def test_any_awaitable_is_stepped_and_resumed():
+    async def body():
+        fut = asyncio.get_running_loop().create_future()
+
+        async def quick() -> int:
+            return 1
+
+        async def slow() -> int:
+            return await fut + 1
+
+        assert first_step(contextvars.copy_context(), _Wrapped(quick())) == Done(1, None)
+        out = first_step(contextvars.copy_context(), _Wrapped(slow()))
+        assert isinstance(out, Suspended)
+        task = asyncio.get_running_loop().create_task(resume(out))
+        fut.set_result(41)
+        assert await task == 42
+
+    asyncio.run(body())
