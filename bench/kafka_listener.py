@@ -142,7 +142,7 @@ def main() -> int:
         }
         drive(s, workloads["produce_1k"][:100], args.window)  # creates the topic; warms up
         out: dict = {
-            "tree": tree,
+            "sink": sink_file,
             "tls": bool(certs),
             "requests": args.requests,
             "window": args.window,
