@@ -120,7 +120,7 @@ def main() -> int:
     cmd = [sys.executable, os.path.abspath(__file__), "--serve", "--tree", tree]
     if certs:
         cmd += ["--certs", certs]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tree)
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tree, text=True)
     try:
         assert proc.stdout is not None
         port_text, sink_file = proc.stdout.readline().split()
