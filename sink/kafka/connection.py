@@ -405,7 +405,7 @@ class Connection(asyncio.BufferedProtocol):
         self._deadline = self._loop.time() + self.limits.idle_timeout_s
         if self._idle_timer is None:
             self._idle_timer = self._loop.call_at(self._deadline, self._check_idle)
-        if self._read_paused:
+        if self._read_paused and not self.transport.is_closing():  # type: ignore[union-attr]
             self._read_paused = False
             self.transport.resume_reading()  # type: ignore[union-attr]
 
