@@ -11,7 +11,8 @@ sink/kafka/connection.py owns, without the replication path's noise.
 
 Workloads: Metadata v12 naming no topic (next to nothing but the connection), Produce v9 acks=1 of one
 1 KiB record (the benchmark's record size, one record per request: the per-request
-cost). Last line: one JSON object. --tree: the node runs that tree's sink (A/B of
+cost). --null-handlers: both answer a constant at once, leaving the connection's own
+cost (the parse included). Last line: one JSON object. --tree: the node runs that tree's sink (A/B of
 two worktrees with one script).
 """
 
@@ -34,7 +35,22 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 _META_FLAGS = {"allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
 
 
-def serve(certs: str | None, tree: str) -> None:
+def _null_handlers() -> None:
+    """Metadata and Produce answer a constant at once: what is left is the connection's
+    own cost (read, framing, checks and parse, dispatch, write), not the handlers'."""
+    from sink.kafka import handlers
+    from sink.kafka.handlers import answered
+
+    for key in (0, 3):
+        api = handlers.REGISTRY[key]
+
+        async def handle(ctx, call, _answer=b"\x00" * 64):
+            return answered(_answer)
+
+        object.__setattr__(api, "handle", handle)
+
+
+def serve(certs: str | None, tree: str, null: bool) -> None:
     sys.path.insert(0, tree)  # the tree under test (this script may be another tree's)
     import asyncio
 
@@ -43,6 +59,9 @@ def serve(certs: str | None, tree: str) -> None:
     from sink.kafka import KafkaLimits
     from sink.kafka.server import KafkaServer
     from tests.unit.sink.memory_services import MemoryNode
+
+    if null:
+        _null_handlers()
 
     async def main() -> None:
         ctx = None
@@ -96,12 +115,15 @@ def main() -> int:
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--certs", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--tls", action="store_true", help="TLS on the listener")
+    ap.add_argument(
+        "--null-handlers", action="store_true", help="handlers answer a constant at once"
+    )
     ap.add_argument("--tree", default=ROOT, help="the source tree whose sink the node runs")
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--window", type=int, default=8, help="requests in flight")
     args = ap.parse_args()
     if args.serve:
-        serve(args.certs, args.tree)
+        serve(args.certs, args.tree, args.null_handlers)
         return 0
 
     from tests.helpers.kafka_wire import encode_request
@@ -118,6 +140,8 @@ def main() -> int:
         )
     tree = os.path.abspath(args.tree)
     cmd = [sys.executable, os.path.abspath(__file__), "--serve", "--tree", tree]
+    if args.null_handlers:
+        cmd.append("--null-handlers")
     if certs:
         cmd += ["--certs", certs]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tree, text=True)
@@ -144,6 +168,7 @@ def main() -> int:
         out: dict = {
             "sink": sink_file,
             "tls": bool(certs),
+            "null_handlers": args.null_handlers,
             "requests": args.requests,
             "window": args.window,
         }
