@@ -148,3 +148,34 @@ def test_any_awaitable_is_stepped_and_resumed():
         assert await task == 42
 
     asyncio.run(body())
+
+
+def test_a_relay_to_the_leader_runs_inline_without_a_task():
+    """forward_frame (Metadata's and InitProducerId's relay) may be reached before a
+    dispatch step's first suspension: run from a plain loop callback, it must fail
+    as a ForwardError (nobody listens), not as a RuntimeError for want of a task."""
+    import socket
+
+    from sink.kafka.forward import ForwardError, forward_frame
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def body():
+        loop = asyncio.get_running_loop()
+        stepped = loop.create_future()
+        ctx = contextvars.copy_context()
+        loop.call_soon(
+            lambda: stepped.set_result(
+                first_step(ctx, forward_frame("127.0.0.1", port, b"x", timeout=5.0))
+            )
+        )
+        out = await stepped
+        if isinstance(out, Done):
+            assert isinstance(out.error, ForwardError), out
+            return
+        with pytest.raises(ForwardError):
+            await loop.create_task(resume(out), context=ctx)
+
+    asyncio.run(body())
