@@ -64,7 +64,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 # (path fragment under the repo, function name or "*") -> stage, first match wins.
 RULES: list[tuple[str, str, str]] = [
-    ("sink/kafka/connection.py", "_write_loop", "kafka: response write"),
+    ("sink/kafka/connection.py", "_write_ready", "kafka: response write"),
     ("sink/kafka/connection.py", "*", "kafka: connection read/dispatch"),
     ("sink/kafka/protocol/encoders.py", "*", "kafka: response encode"),
     ("sink/kafka/protocol/build.py", "*", "kafka: response encode"),
@@ -280,7 +280,6 @@ def _patch(owner: Any, name: str, stage: str, is_async: bool = False) -> None:
 def instrument() -> None:
     """Wrap the produce path's stages (leader and follower) in CLOCK. Called in the
     node process before anything is built, so every instance uses the wrappers."""
-    import asyncio
 
     import grpc.aio._call as grpc_call
 
@@ -300,9 +299,11 @@ def instrument() -> None:
     _patch(ConnectionState, "receive_data", kafka_decode)
     _patch(ConnectionState, "next_event", kafka_decode)
     _patch(ConnectionState, "send", "kafka: response framing")
-    _patch(asyncio.StreamReader, "feed_data", "kafka: socket read (asyncio streams)")
-    _patch(asyncio.StreamWriter, "writelines", "kafka: socket write")
-    _patch(Connection, "_dispatch", "kafka: dispatch (Call, quotas)", is_async=True)
+    # The Kafka connection is a BufferedProtocol (no StreamReader/Writer): its read
+    # callback (the copy out of the head buffer, the event pump) and its writes.
+    _patch(Connection, "buffer_updated", "kafka: socket read (protocol callback)")
+    _patch(Connection, "_write_ready", "kafka: socket write")
+    _patch(Connection, "_dispatch", "kafka: dispatch (Call, quotas)")
     api = handlers.REGISTRY[produce.API.key]
     object.__setattr__(api, "handle", timed_async("produce: handler", api.handle))
     _patch(produce, "parse_batches", "produce: batch parse + CRC check")

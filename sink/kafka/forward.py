@@ -14,7 +14,7 @@ client's principal, as Kafka forwards, is not built yet).
 
 TLS: when the node's Kafka listeners speak TLS, so does the leader's, and the
 relay connects with the node's client context. That context travels in
-FORWARD_TLS, a context variable the listener sets in each connection's task
+FORWARD_TLS, a context variable the listener sets in each connection's context
 (handlers call forward_frame(host, port, frame) and need not know about TLS;
 in-process test clusters keep one context per listener, not per process).
 """
@@ -54,24 +54,33 @@ async def forward_frame(
     login: Any = None,
 ) -> bytes:
     """Send frame (without size prefix) and return the response body (without size).
-    login (sink.security.sasl_client.Login): authenticate the connection first."""
+    login (sink.security.sasl_client.Login): authenticate the connection first.
+    Bounded by asyncio.wait_for, not asyncio.timeout: a dispatch step may run this
+    before its first suspension, where there is no current task (sink.kafka.stepping)."""
     try:
-        async with asyncio.timeout(timeout):
-            tls = FORWARD_TLS.get()
-            if tls is None:
-                reader, writer = await asyncio.open_connection(host, port)
-            else:
-                reader, writer = await asyncio.open_connection(host, port, ssl=tls())
-            try:
-                if login is not None:
-                    await sasl_login(reader, writer, login)
-                writer.write(_SIZE.pack(len(frame)) + frame)
-                await writer.drain()
-                (size,) = _SIZE.unpack(await reader.readexactly(4))
-                if not 0 < size <= max_response_bytes:
-                    raise ForwardError(f"bad response size {size} from the leader")
-                return await reader.readexactly(size)
-            finally:
-                writer.close()
+        return await asyncio.wait_for(
+            _exchange(host, port, frame, max_response_bytes, login), timeout
+        )
     except (OSError, TimeoutError, asyncio.IncompleteReadError, LoginError) as exc:
         raise ForwardError(f"forward to {host}:{port} failed: {exc!r}") from exc
+
+
+async def _exchange(
+    host: str, port: int, frame: bytes, max_response_bytes: int, login: Any
+) -> bytes:
+    tls = FORWARD_TLS.get()
+    if tls is None:
+        reader, writer = await asyncio.open_connection(host, port)
+    else:
+        reader, writer = await asyncio.open_connection(host, port, ssl=tls())
+    try:
+        if login is not None:
+            await sasl_login(reader, writer, login)
+        writer.write(_SIZE.pack(len(frame)) + frame)
+        await writer.drain()
+        (size,) = _SIZE.unpack(await reader.readexactly(4))
+        if not 0 < size <= max_response_bytes:
+            raise ForwardError(f"bad response size {size} from the leader")
+        return await reader.readexactly(size)
+    finally:
+        writer.close()

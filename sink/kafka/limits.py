@@ -34,7 +34,9 @@ class KafkaLimits:
     max_pending_produce_bytes_total: int = 256 * MiB
     """As max_pending_produce_bytes, summed over all connections of the server."""
     read_buffer_bytes: int = 64 * 1024
-    """asyncio stream buffer per connection (bounds memory of idle connections)."""
+    """The largest read between frames: the listener's one head buffer, shared by its
+    connections (each copies what it read out at once, so an idle connection holds
+    nothing; a granted frame's body is read into its own buffer)."""
     max_fetch_wait_ms: int = 30_000
     """Upper bound applied to a Fetch request's max_wait."""
     request_memory_bytes: int = 0

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 from sink.kafka.admission import Admission, RefuseReason
 from sink.kafka.budget import NodeMemory
 from sink.kafka.connection import Connection
-from sink.kafka.forward import FORWARD_TLS
 from sink.kafka.handlers import SUPPORTED, Advertised, HandlerContext
 from sink.kafka.limits import KafkaLimits
 from sink.security.sasl import SaslPolicy, SaslSession
@@ -90,8 +89,13 @@ class KafkaServer:
         """How a client certificate's subject becomes a principal (sink.security.principal)."""
         self.bound_port = 0
         self.pending_produce_bytes = 0
-        self.room_waiters: set[asyncio.Event] = set()
+        self.room_waiters: set[Callable[[], None]] = set()
+        """Connections blocked on the server-wide produce bytes: called on release."""
         self.connections: set[Connection] = set()
+        self.read_buffer = memoryview(bytearray(self.limits.read_buffer_bytes))
+        """The head buffer every connection of this listener reads into between
+        frames (sink.kafka.connection: copied out at once; the loop is one thread)."""
+        self._all_closed: asyncio.Event | None = None
         self.memory = memory or NodeMemory.of(self.limits)
         self.admission = Admission(self.limits, 0.0)
         self.frame_timeouts = 0
@@ -100,7 +104,6 @@ class KafkaServer:
         self.handler_errors = 0
         """Requests answered UNKNOWN_SERVER_ERROR because their handler raised (bugs)."""
         self._server: asyncio.base_events.Server | None = None
-        self._tasks: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         tls: dict[str, object] = {}
@@ -109,8 +112,9 @@ class KafkaServer:
             # socket at most this long (asyncio's default is 60 s); admission counts
             # a connection once its handshake is done.
             tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
-        self._server = await asyncio.start_server(
-            self._on_client, self.host, self.port, limit=self.limits.read_buffer_bytes, **tls
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(self), self.host, self.port, **tls
         )
         self.bound_port = self._server.sockets[0].getsockname()[1]
         log.info(
@@ -125,12 +129,13 @@ class KafkaServer:
         """Connections refused at accept, every reason."""
         return sum(self.admission.refused.values())
 
-    def _refuse(self, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
+    def refuse(self, transport: asyncio.BaseTransport) -> None:
+        """Close a connection admission refused (Connection.connection_made)."""
+        sock = transport.get_extra_info("socket")
         with contextlib.suppress(OSError, AttributeError):
             # Reset instead of FIN: a storm leaves no TIME_WAIT sockets on the node.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        writer.transport.abort()
+        transport.abort()
         self._log_refusals()
 
     def _log_refusals(self) -> None:
@@ -147,28 +152,10 @@ class KafkaServer:
 
             self._refusal_log = loop.call_at(due, flush)
 
-    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        addr = peer[0] if isinstance(peer, tuple) else str(peer)
-        if self.admission.admit(addr, asyncio.get_running_loop().time()) is not None:
-            self._refuse(writer)
-            return
-        # This task's context: handlers that relay to the leader find the TLS there.
-        FORWARD_TLS.set(self.forward_tls)
-        try:
-            conn = Connection(self, reader, writer)
-            self.connections.add(conn)
-            task = asyncio.current_task()
-            if task is not None:
-                self._tasks.add(task)
-            try:
-                await conn.run()
-            finally:
-                self.connections.discard(conn)
-                if task is not None:
-                    self._tasks.discard(task)
-        finally:
-            self.admission.release(addr)
+    def connection_ended(self) -> None:
+        """A connection left self.connections (stop() waits for the last one)."""
+        if not self.connections and self._all_closed is not None:
+            self._all_closed.set()
 
     def new_sasl_session(self) -> SaslSession | None:
         """A new connection's SASL state (None: this listener requires no SASL). Its
@@ -194,8 +181,8 @@ class KafkaServer:
     def release_produce_bytes(self, n: int) -> None:
         if n:
             self.pending_produce_bytes -= n
-            for ev in list(self.room_waiters):
-                ev.set()
+            for wake in list(self.room_waiters):
+                wake()
 
     async def stop(self) -> None:
         if self._refusal_log is not None:
@@ -203,11 +190,11 @@ class KafkaServer:
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
-            conn.abort()
-        if self._tasks:  # connection tasks end on their own once their socket is gone
-            _, pending = await asyncio.wait(set(self._tasks), timeout=2.0)
-            for t in pending:
-                t.cancel()
+            conn.abort()  # ends it now (its reservations released, uncounted)
+        if self.connections:  # not expected: abort() ends each one
+            self._all_closed = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._all_closed.wait(), 2.0)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)

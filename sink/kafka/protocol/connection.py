@@ -260,6 +260,17 @@ class ConnectionState:
         in the kernel until that frame has its memory."""
         return len(self._frame) - self._fill if self._frame is not None else 0
 
+    def frame_view(self) -> memoryview:
+        """A writable view of the granted frame's missing bytes (frame_remaining > 0):
+        a BufferedProtocol driver reads the socket straight into it (no copy), then
+        calls frame_filled(n)."""
+        assert self._frame is not None and self._fill < len(self._frame)
+        return memoryview(self._frame)[self._fill :]
+
+    def frame_filled(self, n: int) -> None:
+        """n bytes were written into frame_view() (0 < n <= frame_remaining)."""
+        self._fill += n
+
     def grant(self, size: int) -> None:
         """The driver reserved size bytes for the frame NeedMemory announced."""
         self._granted = size

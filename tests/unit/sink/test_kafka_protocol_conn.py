@@ -1,0 +1,318 @@
+"""The Kafka connection as a BufferedProtocol (sink.kafka.connection), driven through
+get_buffer/buffer_updated on a fake transport (no socket): what it answers inline,
+how it splits frames however they arrive, and every bound it keeps."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import struct
+
+import pytest
+from kio.serial import entity_reader
+
+from sink.kafka import KafkaLimits
+from sink.kafka.connection import Connection
+from sink.kafka.protocol import response_schema
+from sink.kafka.server import KafkaServer
+from tests.helpers.kafka_wire import encode_request
+from tests.unit.sink.memory_services import MemoryNode
+
+API_VERSIONS = 18
+
+
+class FakeTransport:
+    """What the connection uses of a transport; records what it is asked."""
+
+    def __init__(self) -> None:
+        self.out = bytearray()
+        self.writes = 0
+        self.paused = False
+        self.closed = False
+        self.aborted = False
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return {"peername": ("127.0.0.1", 40000)}.get(name, default)
+
+    def write(self, data: bytes) -> None:
+        self.out += data
+        self.writes += 1
+
+    def writelines(self, parts: list) -> None:
+        for p in parts:
+            self.out += p
+        self.writes += 1
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def feed(conn: Connection, data: bytes, chunk: int | None = None) -> None:
+    """data into the connection as the transport would: into the buffers it lends."""
+    while data:
+        buf = conn.get_buffer(-1)
+        n = min(len(buf), len(data), chunk or len(data))
+        buf[:n] = data[:n]
+        data = data[n:]
+        conn.buffer_updated(n)
+
+
+def responses(out: bytes | bytearray) -> list[bytes]:
+    frames, pos = [], 0
+    while pos + 4 <= len(out):
+        (size,) = struct.unpack_from(">i", out, pos)
+        frames.append(bytes(out[pos + 4 : pos + 4 + size]))
+        pos += 4 + size
+    assert pos == len(out), "a partial response was written"
+    return frames
+
+
+def api_versions(corr: int) -> bytes:
+    return encode_request(
+        API_VERSIONS, 3, corr, {"client_software_name": "t", "client_software_version": "1"}
+    )
+
+
+def corr_of(frame: bytes) -> int:
+    return struct.unpack_from(">i", frame, 0)[0]
+
+
+def decode_api_versions(frame: bytes):
+    cls = response_schema(API_VERSIONS, 3)
+    hdr, n = entity_reader(cls.__header_schema__)(frame, 0)
+    return hdr, entity_reader(cls)(frame, n)[0]
+
+
+def open_conn(limits: KafkaLimits | None = None) -> tuple[KafkaServer, Connection, FakeTransport]:
+    server = KafkaServer(MemoryNode(), "127.0.0.1", 0, limits=limits or KafkaLimits())
+    conn = Connection(server)
+    t = FakeTransport()
+    conn.connection_made(t)  # type: ignore[arg-type]
+    return server, conn, t
+
+
+def run(coro_fn):
+    """Run an async test body on a fresh loop (the connection needs a running one)."""
+    return asyncio.run(coro_fn())
+
+
+def test_api_versions_answered_inline_without_a_task():
+    async def body():
+        server, conn, t = open_conn()
+        before = len(asyncio.all_tasks())
+        feed(conn, api_versions(7))
+        # Answered in the callback that read it: no task, no loop iteration.
+        assert len(asyncio.all_tasks()) == before
+        (frame,) = responses(t.out)
+        hdr, resp = decode_api_versions(frame)
+        assert hdr.correlation_id == 7 and resp.error_code == 0
+        assert server.connections == {conn} and not t.paused
+        conn.connection_lost(None)
+        assert not server.connections and server.admission.total == 0
+
+    run(body)
+
+
+def test_frames_split_anyhow_are_answered_in_order():
+    seed = int(os.environ.get("SEED", random.randrange(1 << 30)))
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+
+    async def body():
+        _server, conn, t = open_conn()
+        wire = b"".join(api_versions(c) for c in range(50))
+        pos = 0
+        while pos < len(wire):  # random cuts: inside sizes, headers, bodies
+            n = rng.randint(1, 300)
+            feed(conn, wire[pos : pos + n], chunk=rng.randint(1, n))
+            pos += n
+        got = [corr_of(f) for f in responses(t.out)]
+        assert got == list(range(50))
+        # Whatever was ready together went out in one write.
+        assert t.writes <= 50
+
+    run(body)
+
+
+def test_pipelined_frames_in_one_read_are_written_with_one_call():
+    async def body():
+        _server, conn, t = open_conn()
+        feed(conn, b"".join(api_versions(c) for c in range(20)))
+        assert [corr_of(f) for f in responses(t.out)] == list(range(20))
+        assert t.writes == 1
+
+    run(body)
+
+
+def test_oversize_prefix_closes_before_any_allocation():
+    async def body():
+        _server, conn, t = open_conn(KafkaLimits(max_frame_bytes=1 << 20))
+        for prefix in (struct.pack(">i", (1 << 20) + 1), struct.pack(">i", -1)):
+            server2, conn2, t2 = open_conn(KafkaLimits(max_frame_bytes=1 << 20))
+            feed(conn2, prefix + b"\x00" * 8)
+            assert conn2.state.frame_remaining == 0  # no body buffer was made
+            assert t2.closed and not server2.connections
+            assert server2.memory.requests.used == 0
+        feed(conn, b"\x00\x00")  # half a size prefix: waits, nothing allocated
+        assert not t.closed and conn.state.buffered == 2
+
+    run(body)
+
+
+def test_granted_frame_is_read_into_its_own_buffer():
+    async def body():
+        server, conn, t = open_conn()
+        frame = api_versions(3)
+        feed(conn, frame[:10])
+        # Memory was reserved from the size prefix; the body goes straight into the
+        # frame's buffer (get_buffer lends exactly what is missing).
+        size = len(frame) - 4
+        assert server.memory.requests.used == size
+        assert len(conn.get_buffer(-1)) == conn.state.frame_remaining == size - 6
+        feed(conn, frame[10:])
+        assert [corr_of(f) for f in responses(t.out)] == [3]
+        assert server.memory.requests.used == 0  # released once written
+
+    run(body)
+
+
+def test_write_pause_holds_responses_and_back_pressure_stops_reading():
+    async def body():
+        _server, conn, t = open_conn(KafkaLimits(max_inflight_requests=4))
+        conn.pause_writing()  # a client that does not read its responses
+        feed(conn, b"".join(api_versions(c) for c in range(10)))
+        assert t.out == b""
+        assert t.paused, "reading must stop at max_inflight_requests"
+        assert conn.state.inflight == 4
+        conn.resume_writing()
+        # Written in order; the rest is read and answered once there is room.
+        await asyncio.sleep(0)  # the room recheck is a loop callback
+        assert [corr_of(f) for f in responses(t.out)] == list(range(10))
+        assert not t.paused
+
+    run(body)
+
+
+def test_eof_after_requests_writes_their_answers_then_closes():
+    async def body():
+        server, conn, t = open_conn()
+        feed(conn, api_versions(1) + api_versions(2))
+        assert conn.eof_received() is True
+        assert [corr_of(f) for f in responses(t.out)] == [1, 2]
+        assert t.closed and conn.closed_reason == "eof" and not server.connections
+
+    run(body)
+
+
+def test_truncated_frame_at_eof_and_garbage_close_the_connection():
+    async def body():
+        for data in (api_versions(1)[:-3], b"\x00\x00\x00\x08" + b"\xff" * 8):
+            server, conn, t = open_conn()
+            feed(conn, data)
+            conn.eof_received()
+            assert t.closed and not server.connections
+            assert server.memory.requests.used == 0
+
+    run(body)
+
+
+def test_idle_connection_is_closed_by_its_timer():
+    async def body():
+        server, conn, t = open_conn(KafkaLimits(idle_timeout_s=0.05))
+        feed(conn, api_versions(1)[:3])
+        deadline = asyncio.get_running_loop().time() + 10
+        while not t.closed:
+            assert asyncio.get_running_loop().time() < deadline, "idle timer never fired"
+            await asyncio.sleep(0.01)
+        assert conn.closed_reason is not None and "idle" in conn.closed_reason
+        assert not server.connections
+
+    run(body)
+
+
+def test_handler_that_suspends_finishes_in_a_task_and_blocks_the_next_request():
+    async def body():
+        server, conn, t = open_conn()
+        gate = asyncio.Event()
+        from sink.kafka import handlers
+
+        api = handlers.REGISTRY[API_VERSIONS]
+        real = api.handle
+
+        async def slow(ctx, call):
+            await gate.wait()  # a dispatch step that waits
+            return await real(ctx, call)
+
+        object.__setattr__(api, "handle", slow)
+        try:
+            feed(conn, api_versions(1) + api_versions(2))
+            assert t.out == b"" and t.paused  # step 1 waits; request 2 is not dispatched
+            gate.set()
+            deadline = asyncio.get_running_loop().time() + 10
+            while len(responses(t.out)) < 2:
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0)
+            assert [corr_of(f) for f in responses(t.out)] == [1, 2]
+            assert not t.paused
+        finally:
+            object.__setattr__(api, "handle", real)
+        conn.connection_lost(None)
+        assert not server.connections
+
+    run(body)
+
+
+def test_handler_error_is_answered_and_the_connection_kept():
+    async def body():
+        server, conn, t = open_conn()
+        from sink.kafka import handlers
+
+        api = handlers.REGISTRY[API_VERSIONS]
+        real = api.handle
+
+        async def broken(ctx, call):
+            raise RuntimeError("boom")
+
+        object.__setattr__(api, "handle", broken)
+        try:
+            feed(conn, api_versions(1))
+        finally:
+            object.__setattr__(api, "handle", real)
+        feed(conn, api_versions(2))
+        frames = responses(t.out)
+        assert [corr_of(f) for f in frames] == [1, 2]
+        assert decode_api_versions(frames[0])[1].error_code != 0
+        assert server.handler_errors == 1 and not t.closed
+
+    run(body)
+
+
+@pytest.mark.parametrize("stop", [True, False])
+def test_abort_and_loss_release_everything(stop):
+    async def body():
+        server, conn, t = open_conn()
+        frame = api_versions(1)
+        feed(conn, frame[:8])  # a granted frame, half read
+        assert server.memory.requests.used > 0
+        if stop:
+            await server.stop()
+            assert t.aborted
+        else:
+            conn.connection_lost(ConnectionResetError())
+        assert server.memory.requests.used == 0 and not server.connections
+        assert server.admission.total == 0
+
+    run(body)
