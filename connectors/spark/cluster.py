@@ -28,6 +28,10 @@ from sink.readapi.client import tls_credentials
 log = logging.getLogger("connectors.spark")
 T = TypeVar("T")
 
+NOT_SERVED = -1
+"""A partition's log start and high watermark in a Partitions answer of a node that holds no
+replica of it (partition groups: sink.node.routed_reads.NOT_HERE)."""
+
 
 class _LoopThread:
     """One event loop per process, in a daemon thread (stop() is never called by Spark)."""
@@ -91,6 +95,23 @@ class PartitionState:
     replicas: tuple[tuple[int, str], ...] = ()
     """(node id, read API address) of the partition's replicas; the address is "" when
     the answering node does not know it; empty: a node older than these fields."""
+
+    @property
+    def served(self) -> bool:
+        """The answering node serves the partition (else its offsets are NOT_SERVED)."""
+        return self.high_watermark != NOT_SERVED and self.log_start_offset != NOT_SERVED
+
+
+def _states_of(reply: Any) -> dict[TopicPartition, PartitionState]:
+    return {
+        (p.topic, p.partition): PartitionState(
+            p.log_start_offset,
+            p.high_watermark,
+            p.leader_id,
+            tuple((r.node_id, r.read_api) for r in p.replicas),
+        )
+        for p in reply.partitions
+    }
 
 
 def _describe(exc: BaseException) -> str:
@@ -169,40 +190,129 @@ class ReadCluster:
         linearizable: bool = False,
         deadline_s: float | None = None,
     ) -> dict[TopicPartition, PartitionState]:
-        """Log start and high watermark (committed, applied) of every partition of `topics`."""
+        """Log start and high watermark (committed, applied) of every partition of `topics`.
+
+        With partition groups a node knows the offsets of the partitions it holds a replica
+        of only; it lists the others with NOT_SERVED (-1) offsets and their replicas. Those
+        are asked of other nodes (the source's, then the partitions' replicas' addresses)
+        until every partition has the answer of a node that serves it (with `linearizable`,
+        each node's ReadIndex covers the groups it serves). Invariant: no state returned
+        carries NOT_SERVED offsets; when no node serves a partition before the deadline,
+        ClusterUnreachableError names it (never a -1 high watermark taken as an offset)."""
+        deadline = time.monotonic() + (self.retry_timeout_s if deadline_s is None else deadline_s)
 
         async def fn(c: ReadApiClient) -> Any:
             return await c.partitions(
                 topics or None, linearizable=linearizable, timeout=self.request_timeout_s
             )
 
-        reply = self.first_answer("Partitions", fn, deadline_s)
-        return {
-            (p.topic, p.partition): PartitionState(
-                p.log_start_offset,
-                p.high_watermark,
-                p.leader_id,
-                tuple((r.node_id, r.read_api) for r in p.replicas),
-            )
-            for p in reply.partitions
-        }
+        states = _states_of(self.first_answer("Partitions", fn, deadline_s))
+        missing = {tp for tp, st in states.items() if not st.served}
+        if missing:
+            self._fill_unserved(states, missing, fn, deadline, self.nodes[self.preferred])
+        return states
+
+    def _fill_unserved(
+        self,
+        states: dict[TopicPartition, PartitionState],
+        missing: set[TopicPartition],
+        fn: Callable[[ReadApiClient], Coroutine[Any, Any, Any]],
+        deadline: float,
+        answered: str,
+    ) -> None:
+        """Replace each missing partition's state by that of a node serving it (in place)."""
+        errors: dict[str, str] = {}
+        delay = 0.05
+        asked = {answered}  # this round's nodes; the first answer needs no second call
+        while True:
+            for addr in self._candidates(states, missing):
+                if addr in asked:
+                    continue
+                asked.add(addr)
+                try:
+                    reply = self.call(addr, fn)
+                except Exception as exc:  # a dead node: another replica may answer
+                    errors[addr] = _describe(exc)
+                    continue
+                for tp, st in _states_of(reply).items():
+                    if tp in missing and st.served:
+                        states[tp] = st
+                        missing.discard(tp)
+                if not missing:
+                    return
+                errors[addr] = "serves none of them"
+            if time.monotonic() + delay > deadline:
+                names = ", ".join(f"{t}/{p}" for t, p in sorted(missing))
+                tried = "; ".join(f"{a} ({e})" for a, e in errors.items())
+                raise ClusterUnreachableError(
+                    f"no node serves {names} (partition groups: only a partition's replicas"
+                    f" hold its offsets); tried {tried}. Check that the partitions' replicas"
+                    " run and that raftsink.nodes lists read API addresses."
+                )
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+            asked = set()
+
+    def _candidates(
+        self, states: dict[TopicPartition, PartitionState], missing: set[TopicPartition]
+    ) -> list[str]:
+        """Where to ask for the missing partitions: the source's nodes (in failover order;
+        addresses the user gave are reachable from here), then the missing partitions'
+        replicas as the cluster names them (a node the user did not list)."""
+        out = [self.nodes[i] for i in self.order()]
+        for tp in sorted(missing):
+            for _, addr in states[tp].replicas:
+                if addr and addr not in out:
+                    out.append(addr)
+        return out
 
     def offsets_for_times(
         self, queries: dict[TopicPartition, int], deadline_s: float | None = None
     ) -> dict[TopicPartition, int]:
-        """{tp: timestamp ms} -> {tp: offset of the first record at or after it; -1: none}."""
+        """{tp: timestamp ms} -> {tp: offset of the first record at or after it; -1: none}.
+
+        Each row is taken from a node that answers it without error: with partition groups
+        only a partition's replicas can look a timestamp up (the others answer that row
+        NOT_SERVED_HERE), so the rows may come from several nodes."""
         if not queries:
             return {}
+        deadline = time.monotonic() + (self.retry_timeout_s if deadline_s is None else deadline_s)
+        out: dict[TopicPartition, int] = {}
+        errors: dict[str, str] = {}
+        delay = 0.05
+        while True:
+            for i in self.order():
+                addr = self.nodes[i]
+                pending = {tp: ts for tp, ts in queries.items() if tp not in out}
 
-        async def fn(c: ReadApiClient) -> Any:
-            reply = await c.offsets_for_times(queries, timeout=self.request_timeout_s)
-            for o in reply.offsets:
-                if o.error_code:
-                    raise RuntimeError(f"{o.topic}/{o.partition}: error {o.error_code}")
-            return reply
+                async def fn(c: ReadApiClient, pending: dict = pending) -> Any:
+                    return await c.offsets_for_times(pending, timeout=self.request_timeout_s)
 
-        reply = self.first_answer("OffsetsForTimes", fn, deadline_s)
-        return {(o.topic, o.partition): o.offset for o in reply.offsets}
+                try:
+                    reply = self.call(addr, fn)
+                except Exception as exc:  # grpc errors, timeouts, refused connections
+                    errors[addr] = _describe(exc)
+                    continue
+                bad = []
+                for o in reply.offsets:
+                    if o.error_code:
+                        bad.append(f"{o.topic}/{o.partition}: error {o.error_code}")
+                    elif (o.topic, o.partition) in pending:
+                        out[(o.topic, o.partition)] = o.offset
+                if bad:
+                    errors[addr] = ", ".join(bad)
+                if len(out) == len(queries):
+                    self.preferred = i
+                    return out
+            if time.monotonic() + delay > deadline:
+                tried = "; ".join(f"{a} ({e})" for a, e in errors.items())
+                raise ClusterUnreachableError(
+                    f"raftsink cluster unreachable for OffsetsForTimes: tried {tried}. Check"
+                    " that the nodes run and that raftsink.nodes lists their read API"
+                    " addresses (not the Kafka ports)."
+                )
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
 
     def fetch(self, address: str, topic: str, partition: int, offset: int, max_bytes: int) -> Any:
         return self.fetch_soon(address, topic, partition, offset, max_bytes).result(

@@ -7,6 +7,7 @@ crash from the offsets in its checkpoint and must get the same ranges back), ran
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -146,12 +147,23 @@ def replica_order(leader: int, replicas: Sequence[tuple[int, str]], slot: int) -
 def assign_replicas(
     ranges: Sequence[OffsetRange], states: Mapping[TopicPartition, ReplicaInfo]
 ) -> list[OffsetRange]:
-    """ranges, each with the replicas to read it from (replica_order; slot: its place in
-    the batch). Deterministic in its inputs; the offsets are left as they are, so a batch
-    re-planned after a crash reads the same records whichever replicas serve them."""
+    """ranges, each with the replicas to read it from: replica_order (slot: its place in
+    the batch), then the followers stably sorted by how many earlier ranges read first
+    from them, so the batch's first choices spread over the nodes whichever replicas lead
+    (with partition groups each partition has its own leader: rotating each partition's
+    followers alone could put every range of two partitions led by nodes 1 and 3 on node
+    2). With one leader for every partition this is replica_order's rotation itself.
+    Deterministic in its inputs; the offsets are left as they are, so a batch re-planned
+    after a crash reads the same records whichever replicas serve them."""
     out = []
+    first_reads: Counter[str] = Counter()
     for slot, r in enumerate(ranges):
         st = states.get((r.topic, r.partition))
         order = replica_order(st.leader, st.replicas, slot) if st is not None else ()
+        if st is not None and order:
+            leads = {a for n, a in st.replicas if n == st.leader}
+            followers = sorted((a for a in order if a not in leads), key=first_reads.__getitem__)
+            order = tuple(followers) + tuple(a for a in order if a in leads)
+            first_reads[order[0]] += 1
         out.append(replace(r, replicas=order))
     return out

@@ -364,6 +364,9 @@ class DataGroups:
             "leader": g.leader_id,
             "commit": g.commit_index,
             "applied": g.applied,
+            # above commit: entries this replica holds that no quorum has yet (a leader
+            # cut off appends what it can never commit; the container tests watch it)
+            "last_index": g.queue.last_index(),
             "serving": h.serves(),
             # False while this replica's storage is a replacement not yet admitted (a
             # wiped or repaired group): the chaos campaign waits on it between faults

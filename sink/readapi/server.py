@@ -239,6 +239,19 @@ class ReadApiService:
                 continue
             try:
                 match = self.fsm.offset_for_timestamp(q.topic, q.partition, q.timestamp)
+            except KeyError:
+                # Partition groups: no replica of it here (sink.node.routed_reads). That
+                # row only: the caller asks one of its replicas (connectors/spark/cluster.py).
+                out.append(
+                    pb.TimeOffset(
+                        topic=q.topic,
+                        partition=q.partition,
+                        offset=-1,
+                        timestamp=-1,
+                        error_code=ERR_NOT_LEADER,
+                    )
+                )
+                continue
             except Exception as exc:  # compacted under the lookup, a damaged batch
                 await ctx.abort(grpc.StatusCode.UNAVAILABLE, f"timestamp lookup failed: {exc}")
             offset, ts = (-1, -1) if match is None else (match.offset, match.timestamp)

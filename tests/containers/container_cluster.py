@@ -83,6 +83,16 @@ def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: fl
         time.sleep(interval)
 
 
+# Cluster-wide switches a test run sets on the host (as `raftsink serve` children of the
+# process clusters inherit them): every container of the cluster gets the same value, since a
+# mixed cluster is not supported (docs/partition-groups.md, "The switch").
+FORWARDED_SWITCHES = ("RAFTSINK_CLUSTER_PARTITION_GROUPS",)
+
+
+def _forwarded_switches() -> dict[str, str]:
+    return {k: os.environ[k] for k in FORWARDED_SWITCHES if k in os.environ}
+
+
 class ContainerCluster:
     def __init__(
         self,
@@ -114,6 +124,7 @@ class ContainerCluster:
             "RAFTSINK_LOG_LEVEL": "INFO",
             "RAFTSINK_AUTHORIZATION_ENABLED": "false",  # the plain cluster: no ACLs
             **(read_env_file(SECURE_ENV) if secure_dir else {}),
+            **_forwarded_switches(),
             **(env or {}),
         }
         self.read_api_credentials = None

@@ -117,10 +117,55 @@ def test_sigkill_leader_container_while_producing(container_cluster):
     check_exactly_once(prod.acked, got)
 
 
+def _view(st: dict | None, topic: str, partition: int) -> dict | None:
+    """The Raft group that owns topic/partition as a node's Status shows it (role, leader,
+    commit, last_index): with one group the node's own; with partition groups
+    (RAFTSINK_CLUSTER_PARTITION_GROUPS) the partition's data group row; None: no answer
+    or no replica there."""
+    if st is None:
+        return None
+    if "data_groups" not in st:
+        return st
+    for row in st["data_groups"]["groups"]:
+        if row["topic"] == topic and row["partition"] == partition:
+            return row
+    return None
+
+
+def _led_partitions(st: dict, topic: str) -> list[int]:
+    """The partitions of topic whose group the node leads (with one group: all of them)."""
+    if "data_groups" not in st:
+        return list(range(PARTITIONS)) if st["role"] == "leader" else []
+    return sorted(
+        r["partition"]
+        for r in st["data_groups"]["groups"]
+        if r["topic"] == topic and r["role"] == "leader"
+    )
+
+
+def _wait_group_leader(cluster, nodes, exclude: int, timeout: float = 30.0) -> int:
+    """The nodes agree on one leader of part/0's group, other than exclude, that leads."""
+
+    def agreed() -> int:
+        views = {i: _view(cluster.status(i), "part", 0) for i in nodes}
+        if any(v is None for v in views.values()):
+            return 0
+        leaders = {v["leader"] for v in views.values()}
+        lead = leaders.pop() if len(leaders) == 1 else 0
+        if lead in (0, exclude) or lead not in views:
+            return 0
+        return lead if views[lead]["role"] == "leader" else 0
+
+    return wait_for(agreed, timeout, f"one leader of part/0's group among nodes {nodes}")
+
+
 def test_partitioned_leader_steps_down_and_its_suffix_is_replaced(container_cluster):
+    """The leader of part/0's group is cut off: with one group the cluster's leader, with
+    partition groups that partition's data group's leader (clients route each partition
+    to its own leader; the lone records go to the partitions it leads)."""
     cluster = container_cluster
     _seed("partition")  # no random choice here; printed for uniformity
-    old = cluster.wait_leader()
+    cluster.wait_leader()
     # Non-sparse connections: the client keeps a connection to every node. With librdkafka's
     # default (sparse) it may hold only the isolated node, which answers Metadata with
     # "leader -1" for as long as it is cut off, and it keeps asking only that node.
@@ -129,8 +174,12 @@ def test_partitioned_leader_steps_down_and_its_suffix_is_replaced(container_clus
     )
     prod.send(1_000)
     prod.flush(60)
-    base = cluster.wait_converged()[old]
-    print(f"partition leader node {old} at commit {base['commit']}")
+    old = _wait_group_leader(cluster, list(cluster.nodes), exclude=0)
+    sts = cluster.wait_converged()
+    base = _view(sts[old], "part", 0)
+    led = _led_partitions(sts[old], "part")
+    assert base is not None and 0 in led, (base, led)
+    print(f"part/0 leader node {old} at commit {base['commit']}; it leads partitions {led}")
 
     cluster.partition(old)
     t0 = time.monotonic()
@@ -151,24 +200,27 @@ def test_partitioned_leader_steps_down_and_its_suffix_is_replaced(container_clus
         lone_result[msg.value()] = (None if err is None else str(err), msg.offset())
 
     for k in range(30):
-        lone.produce("part", f"lone{k}".encode(), partition=k % PARTITIONS, on_delivery=on_lone)
+        part = led[k % len(led)]
+        lone.produce("part", f"lone{k}.{part}".encode(), partition=part, on_delivery=on_lone)
     lone.poll(0)
 
     # The isolated leader has an uncommitted suffix, then steps down (CheckQuorum).
     st = wait_for(
-        lambda: (s := cluster.status(old)) and s["last_index"] > s["commit"] and s,
+        lambda: (
+            (v := _view(cluster.status(old), "part", 0)) and v["last_index"] > v["commit"] and v
+        ),
         10,
         "the isolated leader to append records it cannot commit",
     )
     print(f"isolated node {old}: last_index {st['last_index']} > commit {st['commit']}")
     wait_for(
-        lambda: (s := cluster.status(old)) and s["role"] != "leader",
+        lambda: (v := _view(cluster.status(old), "part", 0)) and v["role"] != "leader",
         15,
         "the isolated leader to step down",
     )
     print(f"node {old} stepped down {time.monotonic() - t0:.2f} s after the partition")
     majority = [i for i in cluster.nodes if i != old]
-    new = cluster.wait_leader(nodes=majority, exclude=old, timeout=30)
+    new = _wait_group_leader(cluster, majority, exclude=old)
     print(f"node {new} leads the majority {time.monotonic() - t0:.2f} s after the partition")
     assert lone.flush(30) == 0
 
@@ -176,7 +228,8 @@ def test_partitioned_leader_steps_down_and_its_suffix_is_replaced(container_clus
     prod.send(1_000)
     prod.flush(60)
     assert not prod.failed, prod.failed[:3]
-    stuck, lead = cluster.status(old), cluster.status(new)
+    stuck = _view(cluster.status(old), "part", 0)
+    lead = _view(cluster.status(new), "part", 0)
     assert stuck is not None and lead is not None
     assert stuck["commit"] == base["commit"] < lead["commit"], (stuck, lead)
 
@@ -184,13 +237,14 @@ def test_partitioned_leader_steps_down_and_its_suffix_is_replaced(container_clus
     t1 = time.monotonic()
     sts = cluster.wait_converged(timeout=60)
     print(f"healed; converged {time.monotonic() - t1:.2f} s later")
-    assert sts[old]["role"] == "follower", sts[old]
-    assert all(st["leader"] == new for st in sts.values()), sts
+    views = {i: _view(st, "part", 0) for i, st in sts.items()}
+    assert views[old]["role"] == "follower", views[old]
+    assert all(v["leader"] == new for v in views.values()), views
     # Lone records acknowledged at all were acknowledged by the new leader (the client
     # followed a leader change): they count as acknowledged; failed ones must be absent.
     for value, (err, offset) in lone_result.items():
         if err is None:
-            prod.acked[int(value[4:]) % PARTITIONS].append((offset, value))
+            prod.acked[int(value.split(b".")[1])].append((offset, value))
     failed = {v for v, (err, _) in lone_result.items() if err is not None}
     print(f"lone records: {len(lone_result) - len(failed)} acknowledged, {len(failed)} failed")
     expected = {p: len(v) for p, v in prod.acked.items()}

@@ -436,6 +436,7 @@ def test_leader_kill_while_group_consumes_and_commits(run_factory, cluster, clie
     a, b = run.start("a", env=env), run.start("b", env=env)
     run.wait_settled([a, b])
     stream = StreamProducer(run)
+    killed = 0
     try:
         # Consuming and committing for a while before the kill.
         wait_until(
@@ -450,6 +451,7 @@ def test_leader_kill_while_group_consumes_and_commits(run_factory, cluster, clie
         before = _commits_before(run)
         leader = asyncio.run(cluster.wait_ready(timeout=60))
         cluster.kill(leader)
+        killed = leader
         kill_t = time.monotonic()
         new_leader = asyncio.run(cluster.wait_ready(timeout=60, exclude=leader))
         print(
@@ -473,8 +475,11 @@ def test_leader_kill_while_group_consumes_and_commits(run_factory, cluster, clie
         print(f"committing past the kill's ends {time.monotonic() - kill_t:.1f} s after the kill")
         print(f"members:\n  {run.describe()}")
     finally:
-        stream.stop()
-        cluster.start(leader)  # back for the next test (a follower now)
+        try:
+            stream.stop()
+        finally:
+            if killed:  # back for the next test (a follower now), whatever failed here
+                cluster.start(killed)
     everything = {p: range(0, run.ends[p]) for p in range(PARTITIONS)}
     run.wait_read(everything)  # no record skipped
     reads = run.reads()

@@ -21,6 +21,7 @@ import asyncio
 import os
 import random
 import sys
+import time
 
 import pytest
 
@@ -87,6 +88,21 @@ def _produce(c: SinkProcessCluster, rng: random.Random) -> dict[tuple[int, int],
     return acked
 
 
+def _partition_leaders(c: SinkProcessCluster) -> dict[int, int]:
+    """partition -> its leader by Metadata, once every partition has one (deadline 60 s)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+    deadline = time.monotonic() + 60
+    while True:
+        md = admin.list_topics(TOPIC, timeout=30).topics[TOPIC].partitions
+        leaders = {p: m.leader for p, m in md.items()}
+        if len(leaders) == PARTITIONS and all(n > 0 for n in leaders.values()):
+            return leaders
+        assert time.monotonic() < deadline, f"partitions without a leader: {leaders}"
+        time.sleep(0.2)
+
+
 def _check(rows, acked) -> None:
     got: dict[tuple[int, int], bytes] = {}
     for partition, offset, value in rows:
@@ -104,7 +120,10 @@ def test_reads_on_replicas_and_survives_the_chosen_one_killed_mid_range(cluster,
     print(f"seed={seed} (RAFTSINK_SPARK_SEED repeats it)")
     acked = _produce(cluster, random.Random(seed))
     asyncio.run(cluster.wait_settled(120))  # every replica can serve every offset
-    leader = asyncio.run(cluster.wait_ready(60))
+    asyncio.run(cluster.wait_ready(60))
+    # Each partition's leader as clients see it (Kafka Metadata): the Raft leader with one
+    # group, each partition's own data group's leader with partition groups.
+    leaders = _partition_leaders(cluster)
     by_address = {p.read_api: i for i, p in cluster.peers.items()}
     nodes = ",".join(p.read_api for p in cluster.peers.values())
 
@@ -118,14 +137,14 @@ def test_reads_on_replicas_and_survives_the_chosen_one_killed_mid_range(cluster,
         (q, 0, PER_PARTITION) for q in range(PARTITIONS)
     ]
     for r in ranges:
-        assert [by_address[a] for a in r.replicas][-1] == leader, r.replicas
+        assert [by_address[a] for a in r.replicas][-1] == leaders[r.partition], r.replicas
         assert sorted(by_address[a] for a in r.replicas) == sorted(cluster.peers)
     # The two partitions start on different followers.
     assert len({r.replicas[0] for r in ranges}) == 2
 
     # 2. Kill the first range's chosen replica after it served the first rows.
     victim = by_address[ranges[0].replicas[0]]
-    assert victim != leader
+    assert victim != leaders[0]
     monkeypatch.setattr(fetch, "CHUNK_ROWS", 100)  # yield every ~100 rows
     rows = []
     gen = reader.read(ranges[0])

@@ -66,6 +66,28 @@ def test_assign_keeps_offsets_spreads_over_followers_and_is_deterministic():
     assert all(r.replicas for r in out if r.topic == "t")
 
 
+def test_first_choices_spread_when_each_partition_has_its_own_leader():
+    """Partition groups: partitions 0 and 1 led by nodes 1 and 3. Each partition's own
+    rotation put both first on node 2 (followers (2, 3) at slot 0, (1, 2) at slot 1)."""
+    states = {
+        ("t", 0): PartitionState(0, 100, leader=1, replicas=REPLICAS),
+        ("t", 1): PartitionState(0, 100, leader=3, replicas=REPLICAS),
+    }
+    ranges = plan_ranges({tp: 0 for tp in states}, {tp: 100 for tp in states}, min_partitions=2)
+    out = assign_replicas(ranges, states)
+    assert [r.replicas for r in out] == [("n2:7", "n3:7", "n1:7"), ("n1:7", "n2:7", "n3:7")]
+    # Many ranges: every node is first for some (greedy in plan order: within 2 of each
+    # other, where each partition's own rotation gave node 2 half of them), leaders last.
+    many = assign_replicas(
+        plan_ranges({tp: 0 for tp in states}, {tp: 100 for tp in states}, min_partitions=12),
+        states,
+    )
+    firsts = [r.replicas[0] for r in many]
+    counts = sorted(firsts.count(a) for a in {"n1:7", "n2:7", "n3:7"})
+    assert len(many) == 12 and counts[0] >= 3 and counts[-1] - counts[0] <= 2, firsts
+    assert all(r.replicas[-1] == ("n1:7" if r.partition == 0 else "n3:7") for r in many)
+
+
 def test_reads_from_the_planned_follower_not_the_node_list_order():
     logs = {a: FakeLog() for a in ("n1:7", "n2:7", "n3:7")}
     for log in logs.values():

@@ -16,6 +16,7 @@ from raftlog.runtime import RaftError
 from sink.node.routed_reads import RoutedReads
 from sink.readapi import read_api_pb2 as pb
 from sink.readapi.server import ReadApiService
+from sink.readapi.wire import ERR_NOT_LEADER, ERR_UNKNOWN_TOPIC_OR_PARTITION
 
 
 class _Group:
@@ -37,7 +38,9 @@ class _Hosted:
     def __init__(self, group: _Group, served: bool = True) -> None:
         self.group, self.topic_id, self._served = group, "tid", served
         self.fsm = SimpleNamespace(
-            high_watermark=lambda _tid, _p: group.hw, log_start_offset=lambda _tid, _p: 0
+            high_watermark=lambda _tid, _p: group.hw,
+            log_start_offset=lambda _tid, _p: 0,
+            offset_for_timestamp=lambda _tid, _p, ts: SimpleNamespace(offset=ts, timestamp=ts),
         )
 
     def serves(self) -> bool:
@@ -55,6 +58,9 @@ class _Groups:
 class _Controller:
     def topics(self):
         return {"t": SimpleNamespace(partitions=4)}
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        return topic == "t" and 0 <= partition < 4
 
 
 class _Node:
@@ -111,3 +117,20 @@ def test_a_data_group_without_a_read_point_fails_the_linearizable_read():
         asyncio.run(svc.partitions(req, _Ctx()))
     code, details = err.value.args[0]
     assert code == grpc.StatusCode.UNAVAILABLE and "data group" in details
+
+
+def test_timestamp_lookup_of_a_partition_not_served_here_fails_that_row_only():
+    """A node with no replica of a partition answers its row NOT_LEADER (the Spark source
+    asks another node for it); it aborted the whole call, so a lookup over partitions no
+    single node holds (RF < nodes) could never be answered."""
+    svc, _ = _service({0: _Hosted(_Group(1, 1)), 1: None, 2: _Hosted(_Group(1, 1), False)})
+    req = pb.OffsetsForTimesRequest(
+        queries=[pb.TimeQuery(topic="t", partition=p, timestamp=70 + p) for p in (0, 1, 2, 7)]
+    )
+    rows = asyncio.run(svc.offsets_for_times(req, _Ctx())).offsets
+    assert [(r.partition, r.offset, r.error_code) for r in rows] == [
+        (0, 70, 0),
+        (1, -1, ERR_NOT_LEADER),
+        (2, -1, ERR_NOT_LEADER),
+        (7, -1, ERR_UNKNOWN_TOPIC_OR_PARTITION),
+    ]
