@@ -14,6 +14,9 @@ Public surface:
     move_replicas, MovePlan, MoveStep, validate_assignment, next_step
                         an operator's replica move: validation, the membership steps,
                         and the next step from a group's configuration as it is
+    plan_drain, DrainPlan, DrainMove, groups_on
+                        draining a node: the moves that take every data group off it,
+                        keeping replication factors (refused if one cannot be kept)
     rebalance_preferred rewrite preferred orders when a preferred node stays dead or
                         nodes were added
     LeaderBalancer, GroupView, Transfer, leader_goal, BalancerOptions
@@ -31,6 +34,7 @@ from sink.placement.balancer import (
     Transfer,
     leader_goal,
 )
+from sink.placement.drain import DrainMove, DrainPlan, groups_on, plan_drain
 from sink.placement.errors import PlacementError
 from sink.placement.moves import (
     ADD_LEARNER,
@@ -58,6 +62,8 @@ __all__ = [
     "REMOVE",
     "WAIT",
     "BalancerOptions",
+    "DrainMove",
+    "DrainPlan",
     "GroupView",
     "LeaderBalancer",
     "MovePlan",
@@ -68,11 +74,13 @@ __all__ = [
     "Transfer",
     "check_replication_factor",
     "count_load",
+    "groups_on",
     "host_label",
     "leader_goal",
     "move_replicas",
     "next_step",
     "place_partitions",
+    "plan_drain",
     "rebalance_preferred",
     "stripe_start",
     "validate_assignment",
