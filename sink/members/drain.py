@@ -46,11 +46,14 @@ class Drainer:
         self,
         moves: Any,
         hosts: Callable[[], dict[int, str | None]],
+        down: Callable[[], set[int]] = set,
     ) -> None:
         """moves: MoveOps (its controller, fsm and start); hosts: every controller
-        voter and its host label (draining ones included)."""
+        voter and its host label (draining ones included); down: the nodes this node
+        cannot reach now (no new replica goes there: it could not catch up)."""
         self.moves = moves
         self.hosts = hosts
+        self.down = down
 
     @property
     def fsm(self) -> Any:
@@ -66,7 +69,7 @@ class Drainer:
         hosts.setdefault(node, None)
         if also is not None:
             hosts.setdefault(also, None)
-        out = self.draining() | {node}
+        out = self.draining() | self.down() | {node}
         return Topology(hosts, frozenset(n for n in hosts if n not in out))
 
     def check(self, node: int, also: int | None = None) -> None:

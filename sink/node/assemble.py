@@ -378,6 +378,10 @@ class SinkNode:
         label = self.config.node.host or None
         return {n: (label if n == me else None) for n in self.node.membership()["voters"]}
 
+    def _peers_down(self) -> set[int]:
+        """The nodes this node's host cannot reach now (RaftHost's peers_down)."""
+        return set(self.host.status()["peers_down"]) if self.host is not None else set()
+
     def _placement_hosts(self) -> dict[int, str | None]:
         """The nodes new topics and partitions may be placed on: the voters but those
         being drained (sink/members/drain.py)."""
@@ -506,7 +510,11 @@ class SinkNode:
             self.member_watch.retire,
             client_credentials=self.read_api_client_credentials,
             moves=self.move_ops,
-            drainer=Drainer(self.move_ops, self._voter_hosts) if self.move_ops else None,
+            drainer=(
+                Drainer(self.move_ops, self._voter_hosts, self._peers_down)
+                if self.move_ops is not None
+                else None
+            ),
         )
         return self.members_endpoint
 

@@ -9,7 +9,8 @@ resumes wherever it stopped (a crashed command, a timeout, a new controller lead
 - a group without the node among its members (replicas, a move's target, `leaving`)
   is done;
 - a group moving to a target without the node is waiting: its leader finishes the
-  move, then MOVE_DONE drops the node;
+  move, then MOVE_DONE drops the node (unless a node the target adds is not live any
+  more: then the group is moved again, that node replaced too);
 - any other group (the node among its replicas with no move, or a target naming it)
   gets a move: the node replaced by a live node on a host the group's other replicas
   do not use, the one with the fewest replicas (then preferred leaderships, then the
@@ -21,9 +22,9 @@ A group that cannot keep its replication factor without the node (RF 3 on 3 host
 refuses the whole drain before anything is started (PlacementError, INVALID_REPLICATION_
 FACTOR, naming the group): a drain never shrinks a group; add a node first.
 
-`topology` is what placement may use during the drain: the controller's voters without
-the drained node and without any other node being drained (their hosts count as used
-only where they hold a replica of the group).
+`topology` is what placement may use during the drain: its live nodes are the
+controller's voters that are up, without the drained node and without any other node
+being drained (their hosts count as used only where they hold a replica of the group).
 """
 
 from __future__ import annotations
@@ -100,22 +101,31 @@ def plan_drain(topology: Topology, groups: Iterable[Placed], node: int) -> Drain
     moves: list[DrainMove] = []
     waiting: list[int] = []
     refused: list[str] = []
+    live_set = set(live)
     for g in groups:
         if node not in _members(g):
             continue
-        if g.target and node not in g.target:
+        new_live = all(n in g.replicas or n in live_set for n in g.target)
+        if g.target and node not in g.target and new_live:
             waiting.append(g.group)
             continue
         base = tuple(g.target or g.replicas)
-        keep = [n for n in base if n != node]
-        used = {_host(topology, n) for n in keep}
-        choices = [n for n in live if n not in keep and topology.host_of(n) not in used]
-        if not choices:
+        # Keep the list but the node and any new replica on a node that is not live
+        # any more (a move onto it would wait for it forever); refill to the same size.
+        keep = [n for n in base if n != node and (n in g.replicas or n in live_set)]
+        added: list[int] = []
+        for _ in range(len(base) - len(keep)):
+            used = {_host(topology, n) for n in keep + added}
+            choices = [n for n in live if n not in keep + added and topology.host_of(n) not in used]
+            if not choices:
+                break
+            pick = min(choices, key=lambda n: (replicas[n], preferred[n], n))
+            replicas[pick] += 1
+            added.append(pick)
+        if len(keep) + len(added) < len(base):
             refused.append(f"group {g.group} {list(base)}")
             continue
-        new = min(choices, key=lambda n: (replicas[n], preferred[n], n))
-        replicas[new] += 1
-        moves.append(DrainMove(g.group, tuple(g.replicas), (*keep, new)))
+        moves.append(DrainMove(g.group, tuple(g.replicas), (*keep, *added)))
     if refused:
         hosts = sorted({topology.host_of(n) for n in live})
         raise PlacementError(

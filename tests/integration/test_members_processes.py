@@ -2,6 +2,11 @@
 produce load (confluent-kafka, acks=all): add, remove and replace a node, a rolling
 restart with graceful (SIGTERM) shutdowns, and the membership commands' bad input.
 After each, every acknowledged record is read back exactly once with dense offsets.
+
+Run with partition groups too (RAFTSINK_CLUSTER_PARTITION_GROUPS=true, which every
+node inherits): the add/remove test then also checks that the new node takes new
+placements and that the removed node's data groups were drained onto the others
+(replication factor kept) before it left.
 """
 
 from __future__ import annotations
@@ -88,6 +93,18 @@ def live_config(cluster: SinkProcessCluster) -> dict:
     return members(cluster, {"op": "list"})
 
 
+def groups_on(cluster: SinkProcessCluster) -> bool:
+    """Whether the nodes run partition groups (the env switch every node inherits)."""
+    return any("data_groups" in (status(cluster, i) or {}) for i in cluster.alive())
+
+
+def replica_lists(bootstrap: str, topic: str) -> dict[int, list[int]]:
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=20)
+    return {p: list(m.replicas) for p, m in md.topics[topic].partitions.items()}
+
+
 def metadata_brokers(bootstrap: str) -> set[int]:
     from confluent_kafka.admin import AdminClient
 
@@ -137,6 +154,16 @@ def test_add_then_remove_a_node_under_load(cluster):
     wait_until(lambda: 4 in metadata_brokers(cluster.bootstrap_servers), 30, "4 in Metadata")
     # The new voter has the log: its own status shows it applied what was committed.
     wait_caught_up(cluster, 4)
+    groups = groups_on(cluster)
+    if groups:
+        # Available for placement: the least loaded node gets a new topic's replicas.
+        from tests.helpers.partition_groups import create_topic
+
+        create_topic(cluster, "fresh", 2, 3)
+        fresh = replica_lists(cluster.bootstrap_servers, "fresh")
+        assert all(4 in r for r in fresh.values()), fresh
+        before = replica_lists(cluster.bootstrap_servers, TOPIC)
+        print(f"groups on: {TOPIC} replicas {before}, fresh {fresh}")
 
     # Remove the current leader: it hands leadership over first, then goes.
     gone = leader_of(cluster)
@@ -147,6 +174,12 @@ def test_add_then_remove_a_node_under_load(cluster):
     assert len(config["voters"]) == 3
     live = ",".join(cluster.peers[i].kafka for i in cluster.alive() if i != gone)
     wait_until(lambda: gone not in metadata_brokers(live), 30, f"{gone} gone from Metadata")
+    if groups:
+        # Drained before it left: no replica on it, every replication factor kept.
+        for t in (TOPIC, "fresh"):
+            after = replica_lists(live, t)
+            assert all(gone not in r and len(set(r)) == 3 for r in after.values()), (t, after)
+            assert all(set(r) <= set(config["voters"]) for r in after.values()), (t, after)
     load.wait_acked(load.result.total_acked() + 500, 120)
     cluster.terminate(gone)
     stale = dict(cluster.peers)
