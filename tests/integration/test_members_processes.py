@@ -167,8 +167,9 @@ def test_add_then_remove_a_node_under_load(cluster):
 
     # Remove the current leader: it hands leadership over first, then goes.
     gone = leader_of(cluster)
+    t0 = time.monotonic()
     out = members(cluster, {"op": "remove", "node": gone})
-    print(f"remove leader {gone}: {out}")
+    print(f"remove leader {gone} ({time.monotonic() - t0:.1f} s with its drain): {out}")
     config = live_config(cluster)
     assert gone not in config["voters"] + config["learners"], config
     assert len(config["voters"]) == 3
