@@ -222,6 +222,10 @@ def test_replace_a_dead_node_with_a_new_id_and_the_same_id(cluster):
     print(f"replace {dead} -> {peer.id}: {out}")
     config = live_config(cluster)
     assert sorted(config["voters"]) == sorted({1, 2, 3, peer.id} - {dead}), config
+    if groups_on(cluster):
+        # The dead node's data groups were drained onto the new one (RF 3 kept).
+        after = replica_lists(cluster.bootstrap_servers, TOPIC)
+        assert all(dead not in r and peer.id in r and len(set(r)) == 3 for r in after.values())
     cluster.forget_node(dead)
 
     # Same id, lost disk: stop a follower, wipe it, start it empty as a joiner, replace.

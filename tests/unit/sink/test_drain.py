@@ -234,3 +234,42 @@ def test_a_move_onto_a_node_that_went_down_is_moved_again():
     # A dead node already among the replicas stays (the group's own business).
     (move,) = plan_drain(Topology.of([1, 2, 4], live=[1, 4]), [G(2, (2, 3, 1))], 3).moves
     assert move.target == (2, 1, 4)
+
+
+def test_cli_builds_undrain():
+    import argparse
+
+    from sink.cli_members import build_request
+
+    args = argparse.Namespace(
+        action="undrain", node=3, timeout=60.0, new_id=None, raft=None, kafka=None, read_api=None
+    )
+    assert build_request(args) == {"op": "undrain", "node": 3, "timeout_s": 60.0}
+    args.node = None
+    with pytest.raises(ValueError, match="needs a node id"):
+        build_request(args)
+
+
+def test_call_repeats_a_draining_remove_and_reports_progress(monkeypatch):
+    from sink import cli_members
+
+    replies = [({}, DRAINING, "draining node 3: 2 left; call again")] * 2 + [
+        ({"op": "remove", "node": 3}, "", "")
+    ]
+    calls: list[dict] = []
+
+    async def fake(nodes, req, timeout):
+        calls.append(req)
+        return replies[len(calls) - 1]
+
+    monkeypatch.setattr(cli_members, "_call_leader", fake)
+    monkeypatch.setattr(cli_members, "DRAIN_POLL_S", 0.0)
+    said: list[str] = []
+    out = asyncio.run(cli_members.call(["x"], {"op": "remove", "node": 3}, 60.0, said.append))
+    assert out == ({"op": "remove", "node": 3}, "", "") and len(calls) == 3
+    assert said == ["draining node 3: 2 left; call again"] * 2
+    # Past the timeout: a timeout that says how to continue.
+    calls.clear()
+    replies[2] = replies[0]
+    out = asyncio.run(cli_members.call(["x"], {"op": "remove", "node": 3}, 0.0))
+    assert out[1] == "timeout" and "run the command again" in out[2], out
