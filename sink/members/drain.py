@@ -18,7 +18,9 @@ Invariants:
   was applied on the controller's leader, so its groups keep their replication factor;
 - a drain that cannot keep a group's replication factor is refused before anything is
   committed (no mark, no move): the operator adds a node first;
-- the mark is cleared when the node is forgotten (removed) or by `undrain`.
+- the mark is cleared when the node is forgotten (removed) or by `undrain`;
+- "done" is answered only after a barrier entry committed once the node was out of
+  placement's view (see round), so no placement read before that lands on it later.
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ class Drainer:
         out = self.draining() | self.down() | {node}
         return Topology(hosts, frozenset(n for n in hosts if n not in out))
 
+    def _plan(self, node: int) -> Any:
+        try:
+            return plan_drain(self.topology(node), self.fsm.placement, node)
+        except PlacementError as exc:
+            raise MembershipError(CANNOT_DRAIN, str(exc)) from None
+
     def check(self, node: int, also: int | None = None) -> None:
         """CANNOT_DRAIN if node's drain could not keep every replication factor (with
         `also` available too); commits nothing."""
@@ -87,12 +95,18 @@ class Drainer:
         controller = self.moves.controller
         if not controller.is_leader():
             raise MembershipError(NOT_LEADER, "not the controller's leader", controller.leader_id)
-        try:
-            plan = plan_drain(self.topology(node), self.fsm.placement, node)
-        except PlacementError as exc:
-            raise MembershipError(CANNOT_DRAIN, str(exc)) from None
+        plan = self._plan(node)
         if plan.done:
-            return {"node": node, "done": True, "groups_left": 0}
+            # A barrier before "done": placement reads its nodes, then proposes at
+            # once, so a topic placed on node from a read made before node was left
+            # out (the mark applied, or for a replace the removal appended) was
+            # proposed before this entry, and is applied once it is: plan again.
+            if mark and node not in self.draining():
+                await self.moves.commit(encode_drain_member(node), timeout)
+            await self.moves.commit(encode_drain_member(node, draining=mark), timeout)
+            plan = self._plan(node)
+            if plan.done:
+                return {"node": node, "done": True, "groups_left": 0}
         if mark and node not in self.draining():
             await self.moves.commit(encode_drain_member(node), timeout)
             log.warning("sink.members node %d marked draining", node)

@@ -273,3 +273,28 @@ def test_call_repeats_a_draining_remove_and_reports_progress(monkeypatch):
     replies[2] = replies[0]
     out = asyncio.run(cli_members.call(["x"], {"op": "remove", "node": 3}, 0.0))
     assert out[1] == "timeout" and "run the command again" in out[2], out
+
+
+def test_done_only_after_a_barrier_that_applies_placements_read_before_the_mark():
+    drainer, _, c = _cluster([(1, 2, 4)])  # nothing on 3
+    # A CreateTopics that read the nodes before 3 was marked: proposed, not applied yet.
+    late = encode_place_topic("late", 1, uuid.UUID(int=0xE5), None, [(3, 1, 2)])
+    real_apply = c.apply
+    pending = [late]
+
+    async def apply(data: bytes, timeout: float | None = None):
+        while pending:  # earlier log entries apply first
+            await real_apply(pending.pop(0))
+        return await real_apply(data)
+
+    c.apply = apply  # type: ignore[method-assign]
+    out = asyncio.run(drainer.round(3, 5.0))
+    assert not out["done"] and out["groups_left"] == 1 and len(out["started"]) == 1
+    _finish_moves(c)
+    index = c.index
+    assert asyncio.run(drainer.round(3, 5.0))["done"]
+    assert c.index == index + 1  # marked already: one barrier entry
+    # A replace's old node (no voter any more) is not marked: its barrier is an undrain.
+    drainer, _, c = _cluster([(1, 2, 4)])
+    assert asyncio.run(drainer.round(3, 5.0, mark=False))["done"]
+    assert c.fsm.members.draining == set()
