@@ -75,7 +75,9 @@ async def inject(c: ChaosCluster, node: int, mode: str, desc: dict[str, Any]) ->
         raise ValueError(f"unknown membership mode {mode!r}")
     if mode == "replace":
         await asyncio.to_thread(c.kill, node)
+    t0 = asyncio.get_running_loop().time()
     _, code, error = await change(c, {"op": "remove", "node": node})
+    desc["remove_s"] = round(asyncio.get_running_loop().time() - t0, 2)  # with a drain
     if code:
         desc["remove_error"] = f"{code}: {error}"
     view = await leader_view(c)

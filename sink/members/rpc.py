@@ -12,6 +12,8 @@
     {"op": "retire"}                     (sent by the leader to a node it removed)
     {"op": "move", "topic": T, "partition": P, "replicas": [N, ...]}
                                          (partition groups: move a partition's data group)
+    {"op": "rebalance"}                  (partition groups: start the moves that even out
+                                         replica counts, sink.placement.plan_rebalance)
     {"op": "moves"}                      (the moves not finished yet, as the controller's
                                          leader knows them after a ReadIndex)
     {"op": "move_done", "group": G, "target": [N, ...]}
@@ -50,8 +52,9 @@ OPS = (
     "moves",
     "move_done",
     "undrain",
+    "rebalance",
 )
-MOVE_OPS = ("move", "moves", "move_done")
+MOVE_OPS = ("move", "moves", "move_done", "rebalance")
 DEFAULT_TIMEOUT_S = 600.0
 MAX_TIMEOUT_S = 24 * 3600.0
 
@@ -224,6 +227,8 @@ class MembersEndpoint:
             raise MembershipError(INVALID, f"{kind}: partition groups are off (one group)")
         if kind == "moves":
             return {"op": "moves", "moves": await moves.pending_now(req["timeout_s"])}
+        if kind == "rebalance":
+            return await moves.rebalance(req["timeout_s"])
         if kind == "move":
             return await moves.start(
                 req["topic"], req["partition"], req["replicas"], req["timeout_s"]

@@ -44,6 +44,7 @@ from sink.placement import (
     Topology,
     move_replicas,
     next_step,
+    plan_rebalance,
 )
 from sink.state.placement_table import GroupPlacement, encode_move, encode_move_done
 
@@ -102,6 +103,21 @@ class MoveOps:
             raise MembershipError(UNKNOWN_PARTITION, f"no data group {group}")
         info = self.fsm.topic_by_id(uuid.UUID(hex=g.topic_id))
         return await self._start(g, info.name if info else g.topic_id, list(target), timeout)
+
+    async def rebalance(self, timeout: float) -> dict[str, Any]:
+        """Start the moves that even out replica counts over the nodes placement may
+        use (sink.placement.plan_rebalance: after `members add`, onto the new node)."""
+        self._require_leader()
+        topology = self.topology()
+        started = []
+        for mv in plan_rebalance(topology, self.fsm.placement):
+            try:
+                started.append(await self.start_group(mv.group, mv.target, timeout))
+            except MembershipError as exc:
+                if exc.code == NOT_LEADER:
+                    raise
+                log.info("sink.moves rebalance: group %d not moved: %s", mv.group, exc)
+        return {"op": "rebalance", "moves": started}
 
     def topology(self) -> Topology:
         """The controller's voters; nodes being drained are not live: they may keep

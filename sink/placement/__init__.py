@@ -17,6 +17,7 @@ Public surface:
     plan_drain, DrainPlan, DrainMove, groups_on
                         draining a node: the moves that take every data group off it,
                         keeping replication factors (refused if one cannot be kept)
+    plan_rebalance      moves that even out replica counts (after adding nodes)
     rebalance_preferred rewrite preferred orders when a preferred node stays dead or
                         nodes were added
     LeaderBalancer, GroupView, Transfer, leader_goal, BalancerOptions
@@ -51,6 +52,7 @@ from sink.placement.moves import (
 from sink.placement.options import BalancerOptions
 from sink.placement.placer import check_replication_factor, place_partitions, stripe_start
 from sink.placement.preferred import rebalance_preferred
+from sink.placement.rebalance import plan_rebalance
 from sink.placement.topology import NodeLoad, Topology, count_load, host_label
 
 __all__ = [
@@ -81,6 +83,7 @@ __all__ = [
     "next_step",
     "place_partitions",
     "plan_drain",
+    "plan_rebalance",
     "rebalance_preferred",
     "stripe_start",
     "validate_assignment",

@@ -298,3 +298,43 @@ def test_done_only_after_a_barrier_that_applies_placements_read_before_the_mark(
     drainer, _, c = _cluster([(1, 2, 4)])
     assert asyncio.run(drainer.round(3, 5.0, mark=False))["done"]
     assert c.fsm.members.draining == set()
+
+
+# ------------------------------------------------------------------ rebalance
+
+
+def test_rebalance_moves_replicas_onto_a_new_node_until_even():
+    from sink.placement import plan_rebalance
+
+    groups = [G(1, (1, 2, 3)), G(2, (2, 3, 1)), G(3, (3, 1, 2)), G(4, (1, 2, 3))]
+    moves = plan_rebalance(Topology.of([1, 2, 3, 4]), groups)
+    assert len(moves) == 3 and all(m.target[-1] == 4 for m in moves), moves
+    load = {n: 0 for n in (1, 2, 3, 4)}
+    final = {g.group: g.replicas for g in groups} | {m.group: m.target for m in moves}
+    for nodes in final.values():
+        assert len(set(nodes)) == 3
+        for n in nodes:
+            load[n] += 1
+    assert load == {1: 3, 2: 3, 3: 3, 4: 3}, load
+    # Balanced: nothing to do; a group already moving is left alone.
+    assert plan_rebalance(Topology.of([1, 2, 3]), groups) == []
+    moving = [G(1, (1, 2, 3), target=(1, 2, 4)), *groups[1:]]
+    assert all(m.group != 1 for m in plan_rebalance(Topology.of([1, 2, 3, 4]), moving))
+
+
+def test_rebalance_keeps_one_replica_per_host():
+    from sink.placement import plan_rebalance
+
+    groups = [G(1, (1, 2)), G(2, (1, 2))]
+    topo = Topology({1: "a", 2: "b", 3: "a"}, frozenset({1, 2, 3}))
+    (move,) = plan_rebalance(topo, groups)  # 3 may take 1's place only (host a)
+    assert move.current == (1, 2) and move.target == (2, 3)
+
+
+def test_rebalance_through_move_ops():
+    _, ops, _ = _cluster([(1, 2, 3), (2, 3, 1), (3, 1, 2)])
+    out = asyncio.run(ops.rebalance(5.0))
+    assert out["op"] == "rebalance" and len(out["moves"]) == 2
+    assert all(m["target"][-1] == 4 for m in out["moves"])
+    assert asyncio.run(ops.rebalance(5.0))["moves"] == []  # those are moving: left alone
+    assert parse_request('{"op": "rebalance"}')["op"] == "rebalance"
