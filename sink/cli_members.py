@@ -116,7 +116,7 @@ async def call(
         if out[1] != DRAINING:
             return out
         if progress is not None:
-            progress(out[2])
+            progress(out[2].split("; call again")[0])
         if loop.time() > end:
             return (
                 {},

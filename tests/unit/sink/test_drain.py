@@ -267,7 +267,7 @@ def test_call_repeats_a_draining_remove_and_reports_progress(monkeypatch):
     said: list[str] = []
     out = asyncio.run(cli_members.call(["x"], {"op": "remove", "node": 3}, 60.0, said.append))
     assert out == ({"op": "remove", "node": 3}, "", "") and len(calls) == 3
-    assert said == ["draining node 3: 2 left; call again"] * 2
+    assert said == ["draining node 3: 2 left"] * 2
     # Past the timeout: a timeout that says how to continue.
     calls.clear()
     replies[2] = replies[0]
