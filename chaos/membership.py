@@ -11,6 +11,13 @@ Nodes keep their ids: the campaign's proxy routes Raft links by node id, and the
 re-added nodes are in every node's `peers` setting, so no addresses are sent (each
 node keeps its own, proxied, view). The removal is done before the fault window and the
 re-add after it: the checkers see a cluster of two voters during the window.
+
+With partition groups the removal first drains the node's data groups onto the others
+(sink/members/drain.py: the remove call is repeated while it answers "draining", up
+to CHANGE_TIMEOUT_S); a drain that is refused (nowhere to go) or not done in time
+leaves the node a member: nothing is wiped, and the re-add clears the drain mark so
+the node takes new replicas again. A re-added node hosts no data group until a new
+placement or a move gives it one.
 """
 
 from __future__ import annotations
@@ -68,7 +75,9 @@ async def inject(c: ChaosCluster, node: int, mode: str, desc: dict[str, Any]) ->
         raise ValueError(f"unknown membership mode {mode!r}")
     if mode == "replace":
         await asyncio.to_thread(c.kill, node)
+    t0 = asyncio.get_running_loop().time()
     _, code, error = await change(c, {"op": "remove", "node": node})
+    desc["remove_s"] = round(asyncio.get_running_loop().time() - t0, 2)  # with a drain
     if code:
         desc["remove_error"] = f"{code}: {error}"
     view = await leader_view(c)
@@ -92,9 +101,22 @@ async def _readd(c: ChaosCluster, node: int, desc: dict[str, Any]) -> bool:
     deadline = loop.time() + CHANGE_TIMEOUT_S
     while loop.time() < deadline:
         if await is_member(c, node):
+            await _undrain(c, node, desc)
             return True
         _, code, error = await change(c, {"op": "add", "node": node})
         if code:
             desc["readd_error"] = f"{code}: {error}"
             await asyncio.sleep(0.5)
-    return bool(await is_member(c, node))
+    back = bool(await is_member(c, node))
+    if back:
+        await _undrain(c, node, desc)
+    return back
+
+
+async def _undrain(c: ChaosCluster, node: int, desc: dict[str, Any]) -> None:
+    """Partition groups: a drain that did not end in a removal left node marked
+    draining (no new replicas); clear it. Refused when nothing is marked, or with one
+    group ("partition groups are off"): both fine."""
+    if not desc.get("removed") and desc.get("remove_error"):
+        _, code, error = await change(c, {"op": "undrain", "node": node})
+        desc["undrain"] = "ok" if not code else f"{code}: {error}"

@@ -3,7 +3,8 @@
     raftsink members list             [--json]
     raftsink members add N            --raft H:P --kafka H:P --read-api H:P
                                       (no addresses: a node of the peers setting, re-added)
-    raftsink members remove N
+    raftsink members remove N         (partition groups: drains N's data groups first)
+    raftsink members undrain N        (partition groups: N takes new replicas again)
     raftsink members replace OLD      [--new-id NEW] --raft H:P --kafka H:P --read-api H:P
     raftsink members transfer-leader  [N]   (no N: the most caught-up voter)
 
@@ -11,6 +12,10 @@ The cluster is given by --nodes HOST:PORT,... (read API addresses) or --cluster 
 (cluster.json of `raftsink local`). Any node answers; a change runs on the leader (the
 node asked forwards it; this command follows the leader named in a not_leader reply).
 Start a new node with `raftsink serve --node-join ...` before adding it.
+With partition groups, `remove` (and `replace` with a new id) first moves every data
+group off the node (replication factors kept, least loaded nodes first; refused with
+"add a node first" when that is impossible), printing the progress, within --timeout;
+run it again after a timeout or a crash to continue (docs/operations.md).
 Exit status: 0 done, 1 refused or unreachable (the reason on stderr), 2 usage.
 """
 
@@ -33,7 +38,9 @@ _HOPS = 4
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("members", help=HELP, description=__doc__.split("\n\n")[0])
-    p.add_argument("action", choices=("list", "add", "remove", "replace", "transfer-leader"))
+    p.add_argument(
+        "action", choices=("list", "add", "remove", "replace", "transfer-leader", "undrain")
+    )
     p.add_argument("node", nargs="?", type=int, help="the node id the action names")
     p.add_argument("--nodes", help="read API addresses HOST:PORT,... of the cluster")
     p.add_argument("--cluster", help="cluster.json written by `raftsink local`")
@@ -64,7 +71,7 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
         if args.node < 1:
             raise ValueError(f"node id must be >= 1, got {args.node}")
         req["node"] = args.node
-    elif op in ("add", "remove", "replace"):
+    elif op in ("add", "remove", "replace", "undrain"):
         raise ValueError(f"{args.action} needs a node id")
     if op in ("add", "replace"):
         keys = ("raft", "kafka", "read_api")
@@ -85,11 +92,44 @@ LEADERLESS_RETRY_S = 30.0
 """How long a change waits for a leader when no node knows one (an election under way)."""
 
 
-async def call(nodes: list[str], req: dict[str, Any], timeout: float) -> tuple[dict, str, str]:
+DRAINING = "draining"
+"""sink.members.drain.DRAINING: a remove's drain is under way (call again)."""
+DRAIN_POLL_S = 1.0
+
+
+async def call(
+    nodes: list[str],
+    req: dict[str, Any],
+    timeout: float,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict, str, str]:
     """Run req at the leader: follow leader hints; while no node knows a leader (an
-    election) retry for up to LEADERLESS_RETRY_S. Returns (result, code, error); code ""
+    election) retry for up to LEADERLESS_RETRY_S. A remove whose drain is under way
+    (partition groups) is called again until done, for up to `timeout` seconds,
+    `progress` told each round's message. Returns (result, code, error); code ""
     means done. Re-running a change that a leader change interrupted is safe: the
-    operator resumes it (sink.members.operator)."""
+    operator resumes it (sink.members.operator), a drain continues where it stands."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        out = await _call_leader(nodes, req, timeout)
+        if out[1] != DRAINING:
+            return out
+        if progress is not None:
+            progress(out[2].split("; call again")[0])
+        if loop.time() > end:
+            return (
+                {},
+                "timeout",
+                f"{out[2].split('; call again')[0]}: not done within {timeout:g} s; the "
+                "moves go on: run the command again to continue",
+            )
+        await asyncio.sleep(DRAIN_POLL_S)
+
+
+async def _call_leader(
+    nodes: list[str], req: dict[str, Any], timeout: float
+) -> tuple[dict, str, str]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(timeout, LEADERLESS_RETRY_S)
     while True:
@@ -194,7 +234,15 @@ def run_request(
     except (ValueError, OSError, KeyError) as exc:
         print(f"raftsink {command}: {exc}", file=sys.stderr)
         return 2
-    result, code, error = asyncio.run(call(nodes, req, args.timeout))
+
+    said: list[str] = []
+
+    def progress(message: str) -> None:  # each new state of a drain, once
+        if not said or said[-1] != message:
+            said.append(message)
+            print(f"raftsink {command} {args.action}: {message}", file=sys.stderr, flush=True)
+
+    result, code, error = asyncio.run(call(nodes, req, args.timeout, progress))
     if code:
         print(f"raftsink {command} {args.action}: refused ({code}): {error}", file=sys.stderr)
         return 1

@@ -141,6 +141,20 @@ class MembershipOperator:
                 raise MembershipError(ALREADY_MEMBER, f"node {node_id} is already a voter")
             return await self._add(node_id, addr, timeout)
 
+    def check_removable(self, node_id: int) -> bool:
+        """The refusals of remove(node_id) before anything is done (a drain comes
+        first with partition groups): not the leader, a change in flight, the last
+        voter. -> whether node_id is a member (an unknown node is refused by remove
+        itself, after a drain that found nothing on it)."""
+        self._check_id(node_id)
+        self._require_leader()
+        if self._in_flight is not None:
+            raise MembershipError(BUSY, f"a membership change is in flight: {self._in_flight}")
+        m = self.node.membership()
+        if m["voters"] == [node_id]:
+            raise MembershipError(LAST_VOTER, f"node {node_id} is the last voter")
+        return node_id in set(m["voters"]) | set(m["learners"])
+
     async def remove(self, node_id: int, timeout: float) -> dict[str, Any]:
         """Remove a voter or learner (never the last voter)."""
         self._check_id(node_id)

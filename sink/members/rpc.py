@@ -3,12 +3,17 @@
     {"op": "list"}
     {"op": "add", "node": N, "raft": H:P, "kafka": H:P, "read_api": H:P}
                                          (no addresses: a node of the peers setting)
-    {"op": "remove", "node": N}
+    {"op": "remove", "node": N}          (partition groups: drains N first; answered
+                                         with code "draining" and the progress until no
+                                         data group has N: call again, sink/members/drain.py)
+    {"op": "undrain", "node": N}         (clear an abandoned drain's mark)
     {"op": "replace", "node": OLD, "new_node": NEW, "raft": ..., "kafka": ..., "read_api": ...}
     {"op": "transfer", "node": N}        (no "node": the most caught-up voter)
     {"op": "retire"}                     (sent by the leader to a node it removed)
     {"op": "move", "topic": T, "partition": P, "replicas": [N, ...]}
                                          (partition groups: move a partition's data group)
+    {"op": "rebalance"}                  (partition groups: start the moves that even out
+                                         replica counts, sink.placement.plan_rebalance)
     {"op": "moves"}                      (the moves not finished yet, as the controller's
                                          leader knows them after a ReadIndex)
     {"op": "move_done", "group": G, "target": [N, ...]}
@@ -28,6 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sink.members.drain import Drainer, progress_error
 from sink.members.operator import INVALID, NOT_LEADER, MembershipError, MembershipOperator
 from sink.readapi import read_api_pb2 as pb
 from sink.readapi.client import ReadApiClient
@@ -35,8 +41,20 @@ from sink.state.members import MemberAddress
 
 log = logging.getLogger("sink.members")
 
-OPS = ("list", "add", "remove", "replace", "transfer", "retire", "move", "moves", "move_done")
-MOVE_OPS = ("move", "moves", "move_done")
+OPS = (
+    "list",
+    "add",
+    "remove",
+    "replace",
+    "transfer",
+    "retire",
+    "move",
+    "moves",
+    "move_done",
+    "undrain",
+    "rebalance",
+)
+MOVE_OPS = ("move", "moves", "move_done", "rebalance")
 DEFAULT_TIMEOUT_S = 600.0
 MAX_TIMEOUT_S = 24 * 3600.0
 
@@ -55,7 +73,7 @@ def parse_request(text: str) -> dict[str, Any]:
     for key in ("node", "new_node"):
         if req.get(key) is not None:
             _check_int(req[key], key, 1)
-    if op in ("add", "remove", "replace") and req.get("node") is None:
+    if op in ("add", "remove", "replace", "undrain") and req.get("node") is None:
         raise MembershipError(INVALID, f"{op} needs a node id")
     if op == "move":
         if not isinstance(req.get("topic"), str) or not req["topic"]:
@@ -104,12 +122,14 @@ class MembersEndpoint:
         retire: Callable[[str], Awaitable[None]] | None = None,
         client_credentials: Callable[[], Any] | None = None,
         moves: Any = None,
+        drainer: Drainer | None = None,
     ) -> None:
         """client_credentials: this node's gRPC channel credentials for the read API of
         another node (TLS, sink.security.tls); None: plaintext. moves: the replica
         moves' controller side (sink.node.replica_moves.MoveOps; None: one group, no
-        moves)."""
+        moves). drainer: partition groups' drains (None: one group, nothing to drain)."""
         self.moves = moves
+        self.drainer = drainer
         self.client_credentials = client_credentials
         self.operator = operator
         self.read_api_of = read_api_of
@@ -154,16 +174,51 @@ class MembersEndpoint:
             return await op.add(req["node"], _address(req), timeout)
         if kind == "transfer":
             return await op.transfer(req.get("node"), timeout)
+        if kind == "undrain":
+            if self.drainer is None:
+                raise MembershipError(INVALID, "undrain: partition groups are off (one group)")
+            return await self.drainer.undrain(req["node"], timeout)
         if kind == "remove":
+            if self.drainer is not None and op.check_removable(req["node"]):
+                await self._drain(req["node"], timeout, mark=True)
             gone = op.address_of(req["node"])
             out = await op.remove(req["node"], timeout)
             await self._tell_removed(req["node"], gone)
             return out
         new = req.get("new_node") or req["node"]
+        if self.drainer is not None and new != req["node"]:
+            return await self._replace_and_drain(req, new, timeout)
         gone = op.address_of(req["node"])
         out = await op.replace(req["node"], new, _address(req), timeout)
         if new != req["node"]:
             await self._tell_removed(req["node"], gone)
+        return out
+
+    async def _drain(self, node: int, timeout: float, mark: bool) -> None:
+        """One drain round; DRAINING (call again) until no data group has node."""
+        assert self.drainer is not None
+        progress = await self.drainer.round(node, timeout, mark=mark)
+        if not progress["done"]:
+            raise progress_error(progress)
+
+    async def _replace_and_drain(
+        self, req: dict[str, Any], new: int, timeout: float
+    ) -> dict[str, Any]:
+        """Partition groups: replace old with new in the controller (as without
+        groups: remove first), then drain old's data groups (onto new, the least
+        loaded). A re-run after the controller part (old gone, new a voter) only
+        continues the drain. Refused up front if the drain could not keep the
+        replication factors even with new."""
+        assert self.drainer is not None
+        op, old = self.operator, req["node"]
+        m = op.node.membership()
+        out: dict[str, Any] = {"op": "replace", "node": new, "replaced": old}
+        if old in set(m["voters"]) | set(m["learners"]) or new not in m["voters"]:
+            self.drainer.check(old, also=new)
+            gone = op.address_of(old)
+            out = await op.replace(old, new, _address(req), timeout)
+            await self._tell_removed(old, gone)
+        await self._drain(old, timeout, mark=False)
         return out
 
     async def _run_move(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -172,6 +227,8 @@ class MembersEndpoint:
             raise MembershipError(INVALID, f"{kind}: partition groups are off (one group)")
         if kind == "moves":
             return {"op": "moves", "moves": await moves.pending_now(req["timeout_s"])}
+        if kind == "rebalance":
+            return await moves.rebalance(req["timeout_s"])
         if kind == "move":
             return await moves.start(
                 req["topic"], req["partition"], req["replicas"], req["timeout_s"]

@@ -42,6 +42,7 @@ from sink.config import SinkConfig, parse_hostport
 from sink.kafka import NodeMemory
 from sink.kafka.server import KafkaServer
 from sink.lifecycle.producer_expiry import ExpiryTarget, GroupsProducerExpiry, ProducerExpiry
+from sink.members.drain import Drainer
 from sink.members.operator import MembershipOperator
 from sink.members.rpc import MembersEndpoint
 from sink.members.watch import MemberWatch
@@ -275,7 +276,7 @@ class SinkNode:
             hard_max_entries=cfg.retention.hard_max_entries,
             moves=MoveDriver(cfg.node_id, self._raft_address_of, self._finish_move),
         )
-        self.move_ops = MoveOps(node, fsm, self._placement_hosts, self.data_groups.wake)
+        self.move_ops = MoveOps(node, fsm, self._voter_hosts, self.data_groups.wake)
         service.partition_moves = self.move_ops  # the Kafka reassignment APIs
         self.leaders = LeadersTable()
         self.leader_poller = LeaderPoller(
@@ -369,14 +370,25 @@ class SinkNode:
             if n != self.config.node_id and (a := self._read_api_of(n))
         }
 
-    def _placement_hosts(self) -> dict[int, str | None]:
-        """The nodes placement may use (the controller's voters) and their host
-        labels: this node's `node.host`; every other node counts as its own host until
-        the controller's membership carries labels (docs/partition-groups.md)."""
+    def _voter_hosts(self) -> dict[int, str | None]:
+        """The controller's voters and their host labels: this node's `node.host`;
+        every other node counts as its own host until the controller's membership
+        carries labels (docs/partition-groups.md)."""
         assert self.node is not None
         me = self.config.node_id
         label = self.config.node.host or None
         return {n: (label if n == me else None) for n in self.node.membership()["voters"]}
+
+    def _peers_down(self) -> set[int]:
+        """The nodes this node's host cannot reach now (RaftHost's peers_down)."""
+        return set(self.host.status()["peers_down"]) if self.host is not None else set()
+
+    def _placement_hosts(self) -> dict[int, str | None]:
+        """The nodes new topics and partitions may be placed on: the voters but those
+        being drained (sink/members/drain.py)."""
+        assert self.fsm is not None
+        draining = self.fsm.members.draining
+        return {n: h for n, h in self._voter_hosts().items() if n not in draining}
 
     def _disk_watch(self) -> DiskWatch:
         """The free-space reserve of every volume under the data directory (the log and
@@ -499,6 +511,11 @@ class SinkNode:
             self.member_watch.retire,
             client_credentials=self.read_api_client_credentials,
             moves=self.move_ops,
+            drainer=(
+                Drainer(self.move_ops, self._voter_hosts, self._peers_down)
+                if self.move_ops is not None
+                else None
+            ),
         )
         return self.members_endpoint
 

@@ -44,6 +44,7 @@ from sink.placement import (
     Topology,
     move_replicas,
     next_step,
+    plan_rebalance,
 )
 from sink.state.placement_table import GroupPlacement, encode_move, encode_move_done
 
@@ -90,24 +91,67 @@ class MoveOps:
         -> the plan. The same target again changes nothing; the current list cancels a
         pending move (the leader then converges back on it)."""
         self._require_leader()
-        g = self._group(topic, partition)
-        topology = Topology(self.hosts())
+        return await self._start(self._group(topic, partition), topic, target, timeout)
+
+    async def start_group(
+        self, group: int, target: list[int] | tuple[int, ...], timeout: float
+    ) -> dict[str, Any]:
+        """start() for a group named by its id (a drain, sink/members/drain.py)."""
+        self._require_leader()
+        g = self.fsm.placement.groups.get(group)
+        if g is None:
+            raise MembershipError(UNKNOWN_PARTITION, f"no data group {group}")
+        info = self.fsm.topic_by_id(uuid.UUID(hex=g.topic_id))
+        return await self._start(g, info.name if info else g.topic_id, list(target), timeout)
+
+    async def rebalance(self, timeout: float) -> dict[str, Any]:
+        """Start the moves that even out replica counts over the nodes placement may
+        use (sink.placement.plan_rebalance: after `members add`, onto the new node)."""
+        self._require_leader()
+        topology = self.topology()
+        started = []
+        for mv in plan_rebalance(topology, self.fsm.placement):
+            try:
+                started.append(await self.start_group(mv.group, mv.target, timeout))
+            except MembershipError as exc:
+                if exc.code == NOT_LEADER:
+                    raise
+                log.info("sink.moves rebalance: group %d not moved: %s", mv.group, exc)
+        return {"op": "rebalance", "moves": started}
+
+    def topology(self) -> Topology:
+        """The controller's voters; nodes being drained are not live: they may keep
+        the replicas they have but get no new one."""
+        hosts = self.hosts()
+        draining = self.fsm.members.draining
+        return Topology(hosts, frozenset(n for n in hosts if n not in draining))
+
+    async def _start(
+        self, g: GroupPlacement, topic: str, target: list[int], timeout: float
+    ) -> dict[str, Any]:
+        draining = sorted(
+            n for n in target if n in self.fsm.members.draining and n not in g.members
+        )
+        if draining:
+            raise MembershipError(
+                INVALID, f"node(s) {draining} are being drained: they get no new replicas"
+            )
         try:
-            plan = move_replicas(topology, g.replicas, target)
+            plan = move_replicas(self.topology(), g.replicas, target)
         except PlacementError as exc:
             err = MembershipError(INVALID, str(exc))
             err.kafka_code = exc.code  # type: ignore[attr-defined]
             raise err from None
         # The entry is a compare-and-set on g.replicas: two racing starts cannot both apply.
         data = encode_move(g.group, g.replicas, plan.target)
-        refused = await self._apply(data, timeout)
+        refused = await self.commit(data, timeout)
         if refused:
             raise MembershipError(BUSY, f"the placement changed meanwhile: {refused}")
         self.wake()
         return {
             "op": "move",
             "topic": topic,
-            "partition": partition,
+            "partition": g.partition,
             "group": g.group,
             "replicas": list(g.replicas),
             "target": list(plan.target),
@@ -117,7 +161,7 @@ class MoveOps:
     async def done(self, group: int, target: list[int], timeout: float) -> dict[str, Any]:
         """Commit MOVE_DONE for group (asked by its leader once its voters are target)."""
         self._require_leader()
-        refused = await self._apply(encode_move_done(group, target), timeout)
+        refused = await self.commit(encode_move_done(group, target), timeout)
         if refused:
             raise MembershipError(INVALID, refused)
         self.wake()
@@ -179,7 +223,8 @@ class MoveOps:
                 )
         return out
 
-    async def _apply(self, data: bytes, timeout: float) -> str | None:
+    async def commit(self, data: bytes, timeout: float) -> str | None:
+        """Commit one controller entry here (the leader) -> its refusal, if any."""
         try:
             res = await self.controller.apply(data, timeout=timeout)
         except TimeoutError:

@@ -14,6 +14,10 @@ Public surface:
     move_replicas, MovePlan, MoveStep, validate_assignment, next_step
                         an operator's replica move: validation, the membership steps,
                         and the next step from a group's configuration as it is
+    plan_drain, DrainPlan, DrainMove, groups_on
+                        draining a node: the moves that take every data group off it,
+                        keeping replication factors (refused if one cannot be kept)
+    plan_rebalance      moves that even out replica counts (after adding nodes)
     rebalance_preferred rewrite preferred orders when a preferred node stays dead or
                         nodes were added
     LeaderBalancer, GroupView, Transfer, leader_goal, BalancerOptions
@@ -31,6 +35,7 @@ from sink.placement.balancer import (
     Transfer,
     leader_goal,
 )
+from sink.placement.drain import DrainMove, DrainPlan, groups_on, plan_drain
 from sink.placement.errors import PlacementError
 from sink.placement.moves import (
     ADD_LEARNER,
@@ -47,6 +52,7 @@ from sink.placement.moves import (
 from sink.placement.options import BalancerOptions
 from sink.placement.placer import check_replication_factor, place_partitions, stripe_start
 from sink.placement.preferred import rebalance_preferred
+from sink.placement.rebalance import plan_rebalance
 from sink.placement.topology import NodeLoad, Topology, count_load, host_label
 
 __all__ = [
@@ -58,6 +64,8 @@ __all__ = [
     "REMOVE",
     "WAIT",
     "BalancerOptions",
+    "DrainMove",
+    "DrainPlan",
     "GroupView",
     "LeaderBalancer",
     "MovePlan",
@@ -68,11 +76,14 @@ __all__ = [
     "Transfer",
     "check_replication_factor",
     "count_load",
+    "groups_on",
     "host_label",
     "leader_goal",
     "move_replicas",
     "next_step",
     "place_partitions",
+    "plan_drain",
+    "plan_rebalance",
     "rebalance_preferred",
     "stripe_start",
     "validate_assignment",

@@ -554,6 +554,7 @@ class SinkStateMachine(StateMachine):
             "topic_configs": self.topic_configs.to_json(),
             "groups": self.groups.to_json(),
             "members": self.members.to_json(),
+            "members_draining": self.members.draining_json(),
             "users": self.users.to_json(),
             "acls": self.acls.to_json(),
         }
@@ -579,7 +580,9 @@ class SinkStateMachine(StateMachine):
         self.group_offsets = GroupOffsetTable.from_json(state.get("group_offsets", {}))
         self.topic_configs.load_json(state.get("topic_configs", {}))
         self.groups = GroupStore.from_json(state.get("groups", []))
-        self.members = MemberTable.from_json(state.get("members", []))
+        self.members = MemberTable.from_json(
+            state.get("members", []), state.get("members_draining", [])
+        )
         self.users = UserTable.from_json(state.get("users", {}))
         self.acls = AclTable.from_json(state.get("acls", []))
         self.placement = PlacementTable.from_json(state.get("placement"))

@@ -8,11 +8,18 @@ operator's add/replace writes the member's addresses into the log first:
     MEMBER_ADDRESSES  b"M" | JSON {"op": "set", "id": N, "raft": H:P, "kafka": H:P,
                                    "read_api": H:P}
                             | JSON {"op": "forget", "id": N}
+                            | JSON {"op": "drain", "id": N}
+                            | JSON {"op": "undrain", "id": N}
 
 Applied on every node into MemberTable (in the snapshot under "members"). Addresses
 of the initial members come from the `peers` setting; a table entry overrides it
 (replacing a node at a new address). An unreadable entry is logged and skipped,
 never a crashed node.
+
+"drain" marks a node being drained (partition groups: `raftsink members remove` moves
+its data groups away first, sink/members/drain.py): placement gives it no new replica
+from the apply on, on whichever node leads the controller later. "undrain" and
+"forget" (the node removed) clear the mark. In the snapshot under "members_draining".
 """
 
 from __future__ import annotations
@@ -57,6 +64,17 @@ def encode_forget_member(node_id: int) -> bytes:
     return b"M" + json.dumps({"op": "forget", "id": node_id}).encode()
 
 
+def encode_drain_member(node_id: int, draining: bool = True) -> bytes:
+    """Mark node_id draining (or, draining False, clear the mark)."""
+    if node_id < 1:
+        raise ValueError(f"node id must be >= 1, got {node_id}")
+    op = "drain" if draining else "undrain"
+    return b"M" + json.dumps({"op": op, "id": node_id}).encode()
+
+
+DRAIN_OPS = ("drain", "undrain")
+
+
 def decode_member_command(data: bytes) -> tuple[str, int, MemberAddress | None]:
     """(op, node id, address or None); ValueError on anything else."""
     if data[:1] != b"M":
@@ -70,7 +88,7 @@ def decode_member_command(data: bytes) -> tuple[str, int, MemberAddress | None]:
     op, node_id = body.get("op"), body.get("id")
     if not isinstance(node_id, int) or isinstance(node_id, bool) or node_id < 1:
         raise ValueError(f"member command: bad node id {node_id!r}")
-    if op == "forget":
+    if op == "forget" or op in DRAIN_OPS:
         return op, node_id, None
     if op != "set":
         raise ValueError(f"member command: unknown op {op!r}")
@@ -83,14 +101,21 @@ class MemberTable:
 
     def __init__(self, addresses: dict[int, MemberAddress] | None = None) -> None:
         self.addresses: dict[int, MemberAddress] = dict(addresses or {})
+        self.draining: set[int] = set()
+        """Nodes being drained: placement gives them no new replicas."""
         self.version = 0
         """Bumped on every applied change (the node's watcher compares it)."""
 
     def apply(self, data: bytes) -> int:
         """Apply one "M" entry; returns the node id it named. ValueError if unreadable."""
-        _, node_id, addr = decode_member_command(data)
-        if addr is None:
+        op, node_id, addr = decode_member_command(data)
+        if op == "drain":
+            self.draining.add(node_id)
+        elif op == "undrain":
+            self.draining.discard(node_id)
+        elif addr is None:  # forget: a removed node is drained no more
             self.addresses.pop(node_id, None)
+            self.draining.discard(node_id)
         else:
             self.addresses[node_id] = addr
         self.version += 1
@@ -102,8 +127,12 @@ class MemberTable:
     def to_json(self) -> list[list[Any]]:
         return [[i, *a] for i, a in sorted(self.addresses.items())]
 
+    def draining_json(self) -> list[int]:
+        return sorted(self.draining)
+
     @classmethod
-    def from_json(cls, data: list[list[Any]]) -> MemberTable:
+    def from_json(cls, data: list[list[Any]], draining: list[int] | None = None) -> MemberTable:
         table = cls({int(i): MemberAddress(r, k, ra) for i, r, k, ra in data})
+        table.draining = {int(n) for n in draining or ()}
         table.version = 1
         return table

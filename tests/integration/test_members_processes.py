@@ -2,12 +2,18 @@
 produce load (confluent-kafka, acks=all): add, remove and replace a node, a rolling
 restart with graceful (SIGTERM) shutdowns, and the membership commands' bad input.
 After each, every acknowledged record is read back exactly once with dense offsets.
+
+Run with partition groups too (RAFTSINK_CLUSTER_PARTITION_GROUPS=true, which every
+node inherits): the add/remove test then also checks that the new node takes new
+placements and that the removed node's data groups were drained onto the others
+(replication factor kept) before it left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 
 import pytest
@@ -88,6 +94,18 @@ def live_config(cluster: SinkProcessCluster) -> dict:
     return members(cluster, {"op": "list"})
 
 
+def groups_on(cluster: SinkProcessCluster) -> bool:
+    """Whether the nodes run partition groups (the env switch every node inherits)."""
+    return any("data_groups" in (status(cluster, i) or {}) for i in cluster.alive())
+
+
+def replica_lists(bootstrap: str, topic: str) -> dict[int, list[int]]:
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=20)
+    return {p: list(m.replicas) for p, m in md.topics[topic].partitions.items()}
+
+
 def metadata_brokers(bootstrap: str) -> set[int]:
     from confluent_kafka.admin import AdminClient
 
@@ -95,12 +113,23 @@ def metadata_brokers(bootstrap: str) -> set[int]:
     return set(md.brokers)
 
 
+GROUPS_BY_ENV = os.environ.get("RAFTSINK_CLUSTER_PARTITION_GROUPS", "").lower() in (
+    "1",
+    "true",
+    "yes",
+    "on",
+)
+"""Every node runs partition groups already (the env switch they inherit)."""
+
+
 @pytest.fixture
-def cluster(tmp_path):
+def cluster(tmp_path, request):
+    """Three nodes; `partition_groups` on when a test parametrizes it indirectly."""
     c = SinkProcessCluster(
         str(tmp_path),
         default_partitions=PARTITIONS,
         extra_args=["--raft-election-ticks", str(ELECTION_TICKS)],
+        partition_groups=getattr(request, "param", False),
     )
     c.start()
     try:
@@ -126,6 +155,18 @@ def finish(cluster: SinkProcessCluster, load: SteadyProducer) -> None:
 
 
 def test_add_then_remove_a_node_under_load(cluster):
+    add_then_remove(cluster, full=True)
+
+
+@pytest.mark.skipif(GROUPS_BY_ENV, reason="the test above runs with partition groups already")
+@pytest.mark.parametrize("cluster", [True], indirect=True, ids=["groups"])
+def test_add_then_remove_a_node_under_load_with_partition_groups(cluster):
+    """The drain on real processes, in CI's run (groups off by default): about 40 s.
+    Ends once the drained node is gone (the controller-only part is the test above)."""
+    add_then_remove(cluster, full=False)
+
+
+def add_then_remove(cluster: SinkProcessCluster, full: bool) -> None:
     load = start_load(cluster)
     peer = cluster.add_node()
     cluster.start(peer.id)
@@ -137,21 +178,41 @@ def test_add_then_remove_a_node_under_load(cluster):
     wait_until(lambda: 4 in metadata_brokers(cluster.bootstrap_servers), 30, "4 in Metadata")
     # The new voter has the log: its own status shows it applied what was committed.
     wait_caught_up(cluster, 4)
+    groups = groups_on(cluster)
+    if groups:
+        # Available for placement: the least loaded node gets a new topic's replicas.
+        from tests.helpers.partition_groups import create_topic
+
+        create_topic(cluster, "fresh", 2, 3)
+        fresh = replica_lists(cluster.bootstrap_servers, "fresh")
+        assert all(4 in r for r in fresh.values()), fresh
+        before = replica_lists(cluster.bootstrap_servers, TOPIC)
+        print(f"groups on: {TOPIC} replicas {before}, fresh {fresh}")
 
     # Remove the current leader: it hands leadership over first, then goes.
     gone = leader_of(cluster)
+    t0 = time.monotonic()
     out = members(cluster, {"op": "remove", "node": gone})
-    print(f"remove leader {gone}: {out}")
+    print(f"remove leader {gone} ({time.monotonic() - t0:.1f} s, a drain included): {out}")
     config = live_config(cluster)
     assert gone not in config["voters"] + config["learners"], config
     assert len(config["voters"]) == 3
     live = ",".join(cluster.peers[i].kafka for i in cluster.alive() if i != gone)
     wait_until(lambda: gone not in metadata_brokers(live), 30, f"{gone} gone from Metadata")
+    if groups:
+        # Drained before it left: no replica on it, every replication factor kept.
+        for t in (TOPIC, "fresh"):
+            after = replica_lists(live, t)
+            assert all(gone not in r and len(set(r)) == 3 for r in after.values()), (t, after)
+            assert all(set(r) <= set(config["voters"]) for r in after.values()), (t, after)
     load.wait_acked(load.result.total_acked() + 500, 120)
     cluster.terminate(gone)
     stale = dict(cluster.peers)
     del stale[peer.id]
     cluster.forget_node(gone)
+    if not full:
+        finish(cluster, load)
+        return
 
     # A node restarted with a `peers` list that disagrees with the log (it names the
     # removed node and not node 4) follows the log, and reaches node 4 at the address
@@ -188,6 +249,10 @@ def test_replace_a_dead_node_with_a_new_id_and_the_same_id(cluster):
     print(f"replace {dead} -> {peer.id}: {out}")
     config = live_config(cluster)
     assert sorted(config["voters"]) == sorted({1, 2, 3, peer.id} - {dead}), config
+    if groups_on(cluster):
+        # The dead node's data groups were drained onto the new one (RF 3 kept).
+        after = replica_lists(cluster.bootstrap_servers, TOPIC)
+        assert all(dead not in r and peer.id in r and len(set(r)) == 3 for r in after.values())
     cluster.forget_node(dead)
 
     # Same id, lost disk: stop a follower, wipe it, start it empty as a joiner, replace.

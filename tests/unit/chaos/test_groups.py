@@ -53,40 +53,36 @@ def test_one_group_leader_is_the_highest_term_leader():
     assert pick_leader(sts, partition_groups=False) == 2
 
 
-def test_membership_is_refused_with_groups_and_says_why():
-    assert "membership" not in default_kinds(True)
+def test_membership_runs_with_groups_and_move_only_there():
+    assert "membership" in default_kinds(True)
     assert default_kinds(False) == tuple(k for k in KINDS if k != "move")
     assert "move" in default_kinds(True)
     check_kinds(default_kinds(True), True)
+    check_kinds(("kill", "membership"), True)
     with pytest.raises(ValueError, match="not supported on one group"):
         check_kinds(("kill", "move"), False)
-    with pytest.raises(ValueError, match="not supported with partition groups: data groups"):
-        check_kinds(("kill", "membership"), True)
     with pytest.raises(ValueError, match="unknown nemesis"):
         check_kinds(("meteor",), False)
     opts = ScheduleOptions(duration_s=60, kinds=("membership",), partition_groups=True)
-    with pytest.raises(ValueError, match="replica sets do not move"):
-        make_schedule(1, opts)
+    assert {f.kind for f in make_schedule(1, opts)} == {"membership"}
 
 
 def test_run_campaign_refuses_before_starting_anything(tmp_path):
     from chaos import run_campaign
 
-    with pytest.raises(ValueError, match="membership"):
-        run_campaign(
-            1, str(tmp_path / "out"), seconds=5, nemeses=["membership"], partition_groups=True
-        )
+    with pytest.raises(ValueError, match="move"):
+        run_campaign(1, str(tmp_path / "out"), seconds=5, nemeses=["move"])
     with pytest.raises(ValueError, match="at least 3 nodes"):
         run_campaign(1, str(tmp_path / "out"), seconds=5, nodes=2)
     assert not (tmp_path / "out").exists()
 
 
-def test_cli_refuses_membership_with_groups(capsys):
+def test_cli_refuses_move_without_groups(capsys):
     p = argparse.ArgumentParser()
     add_arguments(p)
-    args = p.parse_args(["--partition-groups", "--nemesis", "kill,membership", "--seconds", "5"])
+    args = p.parse_args(["--nemesis", "kill,move", "--seconds", "5"])
     assert run(args) == 2
-    assert "replica sets do not move" in capsys.readouterr().err
+    assert "needs --partition-groups" in capsys.readouterr().err
     args = p.parse_args(["--partition-groups", "--nodes", "5"])
     assert args.nodes == 5 and args.partition_groups and args.nemesis is None
 
@@ -99,7 +95,7 @@ def test_schedule_on_five_nodes_targets_every_node():
     assert all(sorted(f.order) == [1, 2, 3, 4, 5] for f in sched)
     targets = {f.target for f in sched if f.target != "leader"}
     assert targets == {"1", "2", "3", "4", "5"}, targets
-    assert "membership" not in {f.kind for f in sched}
+    assert "membership" in {f.kind for f in sched}
 
 
 def test_five_nodes_get_a_proxy_link_per_ordered_pair(tmp_path):
