@@ -8,7 +8,10 @@ One run, on 127.0.0.1 (`raftsink serve` processes, sink.process_cluster):
     stime). Once with `cluster.partition_groups` on and once off (one group).
     JSON: groups_vs_single_ratio (on / off records/s), busiest_node_cpu_share (the
     busiest node's share of the cluster's CPU, on), and the same for the one-group run
-    (busiest_node_cpu_share_single).
+    (busiest_node_cpu_share_single). Every run also reports kcat's own CPU (the client
+    shares the machine's cores: near 2 cores in all, the machine bounded the run) and the
+    elections in its measured phase (term changes over all groups; a run with any paused
+    some group's writes): JSON `client_cpu_s` and `elections`, per run.
 (2) idle cost: bench/scale_idle.py's measurement (its idle_run, imported: 3 host
     processes, G idle groups, quiescence on): idle_cpu_pct_per_node_1000_groups.
 (3) CPU-seconds per GB ingested (all node processes' CPU / bytes acknowledged) with 3, 5
@@ -40,6 +43,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -101,10 +105,14 @@ def run_cluster(base: str, nodes: int, groups: bool, records: int, quota: bool) 
         i0, t_idle = cpu_seconds(list(pids.values())), time.perf_counter()
         time.sleep(IDLE_S)
         idle_rate = (cpu_seconds(list(pids.values())) - i0) / (time.perf_counter() - t_idle)
+        terms0 = asyncio.run(group_terms(c))
         before = {i: cpu_seconds([p]) for i, p in pids.items()}
         load0 = loadavg()
+        client0 = children_cpu_seconds()
         r = kcat_throughput(c.bootstrap_servers, TOPIC, SIZE, records, base)
+        client_cpu = children_cpu_seconds() - client0
         after = {i: cpu_seconds([p]) for i, p in pids.items()}
+        terms1 = asyncio.run(group_terms(c))
         read_apis = [p.read_api for p in c.peers.values()]
         stored = asyncio.run(total_records_any_replica(read_apis, TOPIC))
         if stored != r["records"] + WARMUP_RECORDS:
@@ -139,17 +147,55 @@ def run_cluster(base: str, nodes: int, groups: bool, records: int, quota: bool) 
         ),
         "loadavg": f"{load0} -> {loadavg()}",
         "warmup_s": round(warmup_s, 2),
+        "client_cpu_s": round(client_cpu, 2),
+        "elections": elections(terms0, terms1),
     }
     print(
         f"  {nodes} nodes, groups {'on' if groups else 'off'}"
         f"{f', capped at {QUOTA_CORES} core each ({cap.kind})' if cap else ''}: "
         f"{out['records_per_s']:.0f} records/s, CPU s per node {out['cpu_s_per_node']}, "
         f"busiest share {out['busiest_node_cpu_share']}, {out['cpu_s_per_gb']} CPU s/GB "
-        f"({out['cpu_s_per_gb_above_idle']} above the idle {out['idle_cpu_pct_cluster']} %) "
+        f"({out['cpu_s_per_gb_above_idle']} above the idle {out['idle_cpu_pct_cluster']} %), "
+        f"kcat {out['client_cpu_s']} CPU s, {out['elections']} election(s) "
         f"(load {out['loadavg']})",
         flush=True,
     )
     return out
+
+
+def note_run(fig: dict, label: str, out: dict) -> None:
+    """Each run's elections and kcat CPU in the JSON (keyed by nodes and mode)."""
+    fig.setdefault("elections", {})[label] = out["elections"]
+    fig.setdefault("client_cpu_s", {})[label] = out["client_cpu_s"]
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's waited-for children (kcat: the client's share of
+    the machine; the node processes are waited for only when the cluster stops)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+async def group_terms(c: SinkProcessCluster) -> dict[int, int]:
+    """Each Raft group's highest term any node reports (0: the controller, or the one
+    group; data groups by id)."""
+    terms: dict[int, int] = {}
+    for i in c.alive():
+        st = await c.status(i)
+        if not st:
+            continue
+        rows = [(0, st.get("term", 0))]
+        rows += [(g["group"], g["term"]) for g in st.get("data_groups", {}).get("groups", [])]
+        for gid, term in rows:
+            terms[gid] = max(terms.get(gid, 0), term)
+    return terms
+
+
+def elections(before: dict[int, int], after: dict[int, int]) -> int:
+    """Term changes over the measured phase, all groups: each is an election (or a
+    leadership transfer) that paused that group's writes; a run with any is read with
+    that in mind, never compared silently."""
+    return sum(max(0, t - before.get(gid, t)) for gid, t in after.items())
 
 
 def projection_table(cpu_us_per_record: float, busiest_us_per_record: float) -> str:
@@ -228,6 +274,9 @@ def main() -> int:
         off = run_cluster(os.path.join(root, "off"), 3, False, records, quota=False)
         on = run_cluster(os.path.join(root, "on"), 3, True, records, False) if flag else None
         fig["records_per_s_single"] = off["records_per_s"]
+        note_run(fig, "3_off", off)
+        if on:
+            note_run(fig, "3_on", on)
         fig["busiest_node_cpu_share_single"] = off["busiest_node_cpu_share"]
         fig["records_per_s_groups"] = on["records_per_s"] if on else None
         fig["groups_vs_single_ratio"] = (
@@ -240,6 +289,9 @@ def main() -> int:
             off_q = run_cluster(os.path.join(root, "off-q"), 3, False, records, quota=True)
             on_q = run_cluster(os.path.join(root, "on-q"), 3, True, records, True) if flag else None
             fig["records_per_s_single_quota"] = off_q["records_per_s"]
+            note_run(fig, "3_off_quota", off_q)
+            if on_q:
+                note_run(fig, "3_on_quota", on_q)
             fig["quota_kind"] = off_q["quota_kind"]
             fig["ratio_cpu_quota"] = (
                 round(on_q["records_per_s"] / off_q["records_per_s"], 3) if on_q else None
@@ -254,6 +306,7 @@ def main() -> int:
         for n in [int(x) for x in args.nodes.split(",")]:
             if n not in per_n:
                 per_n[n] = run_cluster(os.path.join(root, f"n{n}"), n, bool(flag), records, False)
+                note_run(fig, str(n), per_n[n])
             fig[f"cpu_s_per_gb_{n}"] = per_n[n]["cpu_s_per_gb"]
             fig[f"cpu_s_per_gb_above_idle_{n}"] = per_n[n]["cpu_s_per_gb_above_idle"]
         fig["cpu_s_per_gb_partition_groups"] = bool(flag)
