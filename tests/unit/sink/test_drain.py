@@ -21,6 +21,7 @@ from sink.placement import PlacementError, Topology, plan_drain
 from sink.state import SinkStateMachine
 from sink.state.members import MemberTable, encode_drain_member, encode_forget_member
 from sink.state.placement_table import GroupPlacement, encode_move_done, encode_place_topic
+from tests.unit.sink.fake_controller import FakeController
 
 T = uuid.UUID(int=0xD4)
 
@@ -106,33 +107,15 @@ def test_the_drain_mark_is_applied_cleared_and_kept_in_snapshots():
 # ------------------------------------------------------------------ rounds
 
 
-class Controller:
-    """The controller RaftGroup, applying entries to a real SinkStateMachine."""
-
-    def __init__(self) -> None:
-        self.fsm = SinkStateMachine()
-        self.leader_id = 1
-        self.index = 0
-        self.voters = [1, 2, 3, 4]
-
-    def is_leader(self) -> bool:
-        return True
-
-    async def apply(self, data: bytes, timeout: float | None = None):
-        self.index += 1
-        res = self.fsm.on_apply([LogEntry(self.index, 1, EntryType.DATA, data)])[0]
-        return SimpleNamespace(result=res)
-
-
-def _cluster(replicas) -> tuple[Drainer, MoveOps, Controller]:
-    c = Controller()
+def _cluster(replicas) -> tuple[Drainer, MoveOps, FakeController]:
+    c = FakeController()
     asyncio.run(c.apply(encode_place_topic("t", len(replicas), T, None, replicas)))
     hosts = lambda: {n: None for n in c.voters}  # noqa: E731
     ops = MoveOps(c, c.fsm, hosts, lambda: None)
     return Drainer(ops, hosts), ops, c
 
 
-def _finish_moves(c: Controller) -> None:
+def _finish_moves(c: FakeController) -> None:
     """Every group's leader converged on its target: MOVE_DONE each."""
     for g in list(c.fsm.placement):
         if g.target:
@@ -182,7 +165,7 @@ def test_undrain_clears_the_mark():
 class Operator:
     """The MembershipOperator's surface the endpoint's remove uses."""
 
-    def __init__(self, c: Controller) -> None:
+    def __init__(self, c: FakeController) -> None:
         self.node = SimpleNamespace(
             id=1,
             leader_id=1,

@@ -9,14 +9,13 @@ import os
 import random
 import uuid
 from collections import Counter
-from types import SimpleNamespace
 
 from raftlog.entry import EntryType, LogEntry
 from sink.node.replica_moves import MoveOps
 from sink.placement import Topology, plan_rebalance
-from sink.state import SinkStateMachine
 from sink.state.members import encode_drain_member
 from sink.state.placement_table import GroupPlacement, encode_move_done, encode_place_topic
+from tests.unit.sink.fake_controller import FakeController
 
 T = uuid.UUID(int=0xBA1)
 
@@ -123,26 +122,8 @@ def test_random_clusters_end_balanced_within_one_or_stuck_on_hosts():
 # ------------------------------------------------------------------ MoveOps.rebalance
 
 
-class Controller:
-    """The controller RaftGroup, applying entries to a real SinkStateMachine."""
-
-    def __init__(self, voters: list[int]) -> None:
-        self.fsm = SinkStateMachine()
-        self.leader_id = 1
-        self.index = 0
-        self.voters = voters
-
-    def is_leader(self) -> bool:
-        return True
-
-    async def apply(self, data: bytes, timeout: float | None = None):
-        self.index += 1
-        res = self.fsm.on_apply([LogEntry(self.index, 1, EntryType.DATA, data)])[0]
-        return SimpleNamespace(result=res)
-
-
 def test_move_ops_rebalance_commits_the_moves_and_a_second_call_adds_none():
-    c = Controller([1, 2, 3])
+    c = FakeController([1, 2, 3])
     replicas = [(1, 2, 3), (2, 3, 1), (3, 1, 2)] * 2
     asyncio.run(c.apply(encode_place_topic("t", len(replicas), T, None, replicas)))
     ops = MoveOps(c, c.fsm, lambda: {n: None for n in c.voters}, lambda: None)
