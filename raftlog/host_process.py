@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=6,
         help="idle ticks before a group quiesces (0: never; default 6, the tested value "
-        "of NodeOptions.quiesce_ticks, which is off by default in a node)",
+        "of NodeOptions.quiesce_ticks)",
     )
     ap.add_argument(
         "--no-quiesce", action="store_true", help="no quiescence, no node liveness (as before)"

@@ -9,6 +9,7 @@ so start() starts the transport and stop() closes it, as before.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,10 @@ class RaftNode(RaftGroup):
     used for the initial configuration (when the log has none) and as leader
     address hints in NotLeaderError. transport: a GrpcTransport or
     LocalTransport, started by start() and closed by stop().
+
+    One group never quiesces (its options' quiesce_ticks is taken as 0): quiescence
+    saves the heartbeats of many idle groups per process; for one group it would
+    only put node liveness between a dead leader and the next election.
     """
 
     def __init__(
@@ -60,7 +65,7 @@ class RaftNode(RaftGroup):
             group_id,
             peers,
             fsm,
-            options=opts,
+            options=replace(opts, quiesce_ticks=0),
             seed=seed,
             join=join,
             compaction_limit=compaction_limit,

@@ -52,15 +52,16 @@ class NodeOptions:
     an incarnation (raftlog/storage/identity.py), messages carry it, and storage
     the membership does not know never votes until admitted. Off: plain Raft,
     which assumes disks never forget (tests of the protocol alone)."""
-    quiesce_ticks: int = 0
+    quiesce_ticks: int = 6
     """Quiescence (docs/raft-runtime.md, "Quiescence"): a leader idle this many
     ticks whose followers hold its whole log stops heartbeating the group, and
     the followers stop their election timers; the host then watches the
-    leader's process (node beats) instead. 0 (the default): never quiesce; 6 is
-    the value tested. Off by default until its 1,000-group target is met in
-    every run on the loaded CI box (the simulator checks it: raftlog/sim,
-    quiesce_ticks; docs/raft-runtime.md, "Quiescence", "Measured again").
-    Takes effect only on a host with HostOptions.quiesce on."""
+    leader's process (node beats) instead. 0: never quiesce. Takes effect on a
+    host of many groups (raftsink with partition groups: RaftHost with
+    HostOptions.quiesce on); a RaftNode (one group, raftsink's default mode)
+    never quiesces. Default 6 since the 1,000-group idle target is met with it
+    in every run (bench/scale.py part 2; the simulator checks it: raftlog/sim,
+    quiesce_ticks; docs/raft-runtime.md, "Quiescence", "Measured again")."""
     cluster_id: str = ""
     """The cluster this node belongs to ("": take the data directory's, or make
     one). A data directory of another cluster is refused at start-up."""
