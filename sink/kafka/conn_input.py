@@ -22,8 +22,9 @@ for unblocks it (_unblock(why)).
 
 Invariants:
 - Whenever the connection is not blocked and not closing, its state machine has
-  returned NEED_DATA and the transport is reading (_want_input); self._reading is
-  true exactly then.
+  returned NEED_DATA and the transport is reading (_want_input; between callbacks:
+  _pump runs until it blocks or needs data). self._reading marks waiting for input:
+  the timers judge idleness and late frames only then.
 - _process does not re-enter itself (self._busy): an event that unblocks during
   _pump is picked up by the running loop.
 - Idleness: one lazily re-armed timer per connection. Input and responses only move
