@@ -28,7 +28,8 @@ Closing: a Close ends the connection after the responses of earlier requests are
 written (at most CLOSE_FLUSH_S), as Kafka does; nothing more is read meanwhile.
 Teardown (_teardown: loss, abort, the close's end) is idempotent and gives back
 everything the connection holds: its queued responses' produce bytes, its memory
-reservations, its admission slot; after it (self._over) no callback acts.
+reservations, its admission slot; after it (self._over) callbacks only give back
+what arrives late (a memory grant, a finished step's response).
 
 Client quotas (sink.quotas, KIP-219): a response over a client's quota carries
 throttle_time_ms and mutes the connection (self.quota's deadline); nothing more is
