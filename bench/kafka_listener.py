@@ -4,8 +4,8 @@ A node process runs only a KafkaServer over tests/unit/sink's in-memory node (no
 no disk: a Produce is applied at once), on uvloop as `raftsink serve` does; this
 process sends it pipelined requests on one connection (plaintext or TLS) and reads
 the node's CPU (utime+stime from /proc) over the run. What it isolates is the
-connection's own cost (reads, framing, dispatch, response writes, TLS), the part
-sink/kafka/connection.py owns, without the replication path's noise.
+connection's own cost (reads, framing, dispatch, response writes, TLS: sink/kafka/
+connection.py and its parts, conn_*.py), without the replication path's noise.
 
     python bench/kafka_listener.py [--tls] [--requests N] [--window W] [--tree DIR]
 

@@ -64,8 +64,8 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 # (path fragment under the repo, function name or "*") -> stage, first match wins.
 RULES: list[tuple[str, str, str]] = [
-    ("sink/kafka/connection.py", "_write_ready", "kafka: response write"),
-    ("sink/kafka/connection.py", "*", "kafka: connection read/dispatch"),
+    ("sink/kafka/conn_responses.py", "_write_ready", "kafka: response write"),
+    ("sink/kafka/conn", "*", "kafka: connection read/dispatch"),
     ("sink/kafka/protocol/encoders.py", "*", "kafka: response encode"),
     ("sink/kafka/protocol/build.py", "*", "kafka: response encode"),
     ("sink/kafka/protocol/records.py", "*", "produce: batch parse + CRC check"),

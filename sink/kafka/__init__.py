@@ -10,8 +10,9 @@ Public surface:
 Layout: protocol/ is the sans-I/O leaf (framing and the connection state machine,
 the frame checker, record batches, encoders, response building, error codes; it
 imports nothing of the server, so sink.state may import it); handlers/ holds one
-module per API behind small service interfaces; connection.py and server.py are
-the asyncio drivers. sink.kafka imports nothing of sink.state or sink.service.
+module per API behind small service interfaces; connection.py (with its parts,
+conn_*.py) and server.py are the asyncio drivers. sink.kafka imports nothing of
+sink.state or sink.service.
 """
 
 from __future__ import annotations

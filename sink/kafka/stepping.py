@@ -3,7 +3,7 @@
 A Kafka handler's `handle(ctx, call)` is a coroutine whose await is the dispatch
 step (sink.kafka.handlers.api). Most steps never suspend (ApiVersions, Metadata of
 known topics, Produce: it proposes and returns a future of the commit), so the
-connection (sink.kafka.connection) runs the step's first stretch inline, in the
+connection (sink.kafka.conn_dispatch) runs the step's first stretch inline, in the
 protocol callback that parsed the request: no task, no loop wake-up. Only a step
 that really waits (a topic to create, a relay to the leader, a SCRAM lookup) is
 handed to a task, which resumes it exactly where it stopped (resume()).

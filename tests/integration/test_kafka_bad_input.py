@@ -394,15 +394,16 @@ META_FLAGS = {
 
 
 def inject(monkeypatch, api_key: int, handle) -> None:
-    """Serve api_key with handle (the connection looks the registry up per request)."""
+    """Serve api_key with handle (the connection's dispatch looks the registry up per
+    request)."""
     import dataclasses
 
-    from sink.kafka import connection
+    from sink.kafka import conn_dispatch
     from sink.kafka.handlers import REGISTRY
 
     patched = dict(REGISTRY)
     patched[api_key] = dataclasses.replace(REGISTRY[api_key], handle=handle)
-    monkeypatch.setattr(connection, "REGISTRY", patched)
+    monkeypatch.setattr(conn_dispatch, "REGISTRY", patched)
 
 
 def test_a_handler_that_raises_answers_unknown_server_error(cluster, monkeypatch, caplog):
