@@ -9,8 +9,8 @@ so start() starts the transport and stop() closes it, as before.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from raftlog.runtime.group import NodeStats, RaftGroup
