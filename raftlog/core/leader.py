@@ -124,6 +124,14 @@ class LeaderSide:
             self._send_snapshot_chunk(m.src, pr)  # re-send a chunk that may be lost
         elif pr.match < self.log.last_index():
             self._send_append(m.src)
+        elif m.src == self.lead_transferee:
+            # The transferee holds the whole log and answers, yet did not campaign: the
+            # TimeoutNow was lost (a transport drops what it queued for a peer whose
+            # stream broke: a restarted transferee never sees it). An append answer
+            # re-sends it only when match grows, which an idle group never does, so
+            # every heartbeat answer does. A duplicate is harmless: the transferee's
+            # campaign raised its term, so a later one is stale there.
+            self._send(TimeoutNow(src=self.id, dst=m.src, term=self.term))
         if m.context and self._reads and self._counts_progress(m.src):
             for r in self._reads:
                 if r.seq > m.context:

@@ -86,6 +86,23 @@ def test_transfer_catches_the_target_up_first_and_bypasses_the_lease():
     assert c.peers[3].log()[-1].term == 2  # its own no-op after the full log
 
 
+def test_a_lost_timeout_now_is_sent_again_at_the_next_heartbeat_answer():
+    """An idle group (no entries, so no append answer ever moves the transferee's match):
+    the TimeoutNow to a restarted transferee is lost with its broken stream, and the
+    next heartbeat answer sends it again, well within the transfer's election timeout."""
+    c = Cluster((1, 2, 3))
+    c.elect(1)
+    c.propose(1, b"a")
+    c.crash(3)  # restarting: the leader's TimeoutNow to it is lost
+    c.node(1).transfer_leader(3)
+    c.stabilize()
+    assert c.leader() == 1 and c.node(1).lead_transferee == 3
+    c.restart(3)
+    c.tick(1)  # one heartbeat round (heartbeat_tick=1): its answer brings TimeoutNow
+    assert c.leader() == 3 and c.node(3).term == 2
+    assert c.node(1).role is Role.FOLLOWER and c.node(1).lead == 3
+
+
 def test_transfer_aborts_after_an_election_timeout():
     c = Cluster((1, 2, 3))
     c.elect(1)

@@ -24,9 +24,12 @@ def run(coro):
 
 
 class Cluster:
-    def __init__(self, base: str, groups: int, beat_ticks: int = 1) -> None:
+    def __init__(
+        self, base: str, groups: int, beat_ticks: int = 1, opts: NodeOptions = OPTS
+    ) -> None:
         self.base = base
         self.beat_ticks = beat_ticks
+        self.opts = opts
         self.net = LocalNetwork()
         self.group_ids = list(range(1, groups + 1))
         self.hosts: dict[int, RaftHost] = {}
@@ -34,20 +37,27 @@ class Cluster:
 
     async def start(self) -> None:
         for i in IDS:
-            host = RaftHost(
-                i,
-                self.net.transport(i, groups=()),
-                data_dir=os.path.join(self.base, f"n{i}"),
-                options=HostOptions(tick_ms=OPTS.tick_ms, beat_ticks=self.beat_ticks),
-            )
-            await host.start()
-            self.hosts[i] = host
-            for g in self.group_ids:
-                await self.add(i, g)
+            await self.start_host(i)
+
+    async def start_host(self, i: int) -> None:
+        """Start (or, after stop_host, restart: a new process nonce) node i's host."""
+        host = RaftHost(
+            i,
+            self.net.transport(i, groups=()),
+            data_dir=os.path.join(self.base, f"n{i}"),
+            options=HostOptions(tick_ms=self.opts.tick_ms, beat_ticks=self.beat_ticks),
+        )
+        await host.start()
+        self.hosts[i] = host
+        for g in self.group_ids:
+            await self.add(i, g)
+
+    async def stop_host(self, i: int) -> None:
+        await self.hosts.pop(i).stop()
 
     async def add(self, node: int, g: int) -> RaftGroup:
         fsm = self.fsms[node, g] = RecordingFSM()
-        return await self.hosts[node].add_group(g, PEERS, fsm, OPTS, seed=node * 100 + g)
+        return await self.hosts[node].add_group(g, PEERS, fsm, self.opts, seed=node * 100 + g)
 
     def leader(self, g: int) -> RaftGroup | None:
         leads = [
@@ -172,6 +182,41 @@ def test_stale_beat_term_rule_at_a_later_term(tmp_path):
             stale.src = next(i for i in IDS if i not in (fid, new.id))
         c.hosts[fid]._on_coalesced([stale])
         assert (f.core.term, f.core.lead, f.core.election_elapsed) == (new.term, new.id, 5)
+        await c.stop()
+
+    run(main())
+
+
+def test_transfer_to_a_restarted_node_in_an_idle_quiesced_group(tmp_path):
+    """The controller's case with partition groups: an idle group (no entry moves the
+    transferee's match, so no append answer re-sends TimeoutNow) whose target restarts.
+    The TimeoutNow sent while it was down is lost; its first heartbeat answer after the
+    restart brings another. The leader's transfer window (one election timeout, 1.5 s
+    here) is far longer than a restart of one group (a loaded loop must not lose it)."""
+    opts = NodeOptions(tick_ms=10, election_ticks=100, quiesce_ticks=20)
+
+    async def main():
+        c = Cluster(str(tmp_path), groups=1, opts=opts)
+        await c.start()
+        lead = (await c.leaders())[1]
+        await lead.apply_batch([b"x"])
+        target = next(i for i in IDS if i != lead.id)
+        await wait_until(
+            lambda: lead.status()["followers"][target]["match"] == lead.core.log.last_index(),
+            what="target caught up",
+        )
+        await c.stop_host(target)
+        moving = asyncio.ensure_future(lead.transfer_leader(target, timeout=10.0))
+        # TimeoutNow sent (match == last) into the void: the target is down.
+        await wait_until(
+            lambda: lead.core.lead_transferee == target and not lead.core.has_ready(),
+            what="TimeoutNow sent",
+        )
+        assert lead.is_leader()
+        await c.start_host(target)
+        await moving
+        new = c.hosts[target].groups[1]
+        assert new.is_leader() and new.term == lead.term and lead.leader_id == target
         await c.stop()
 
     run(main())
