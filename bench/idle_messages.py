@@ -30,7 +30,7 @@ import tempfile
 import time
 
 from bench.common import cpu_seconds, loadavg, machine
-from bench.produce import kcat_throughput
+from bench.kafka_load import kcat_throughput
 from sink.process_cluster import SinkProcessCluster
 
 

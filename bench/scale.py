@@ -50,7 +50,7 @@ import tempfile
 import time
 
 from bench.common import CpuQuota, CpuQuotaUnavailable, cpu_seconds, loadavg, machine
-from bench.produce import kcat_throughput, total_records_any_replica
+from bench.kafka_load import kcat_throughput, total_records_any_replica
 from sink.process_cluster import SinkProcessCluster
 
 PARTITIONS = 12

@@ -1,0 +1,271 @@
+"""The Kafka load tools of the produce benchmarks (bench/produce.py and its phases,
+bench/scale.py, bench/idle_messages.py): kcat's throughput, one confluent-kafka producer
+driven open loop (latency from scheduled send times, no coordinated omission) or closed
+loop (its maximum), and the records a cluster stored (read API). Also installs the Debian
+packages the benchmarks drive (kcat, nats-server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from bench.common import percentile
+from sink.readapi import ReadApiClient
+
+PARTITIONS = 4
+"""Default partitions of bench/produce.py's clusters (every mode)."""
+MiB = 1024 * 1024
+
+
+def ensure_debian_packages(*names: str) -> None:
+    missing = [
+        n for n in names if shutil.which({"nats-server": "nats-server", "kcat": "kcat"}[n]) is None
+    ]
+    if not missing:
+        return
+    print(f"installing {' '.join(missing)} (apt-get)", file=sys.stderr)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    if subprocess.run(
+        ["apt-get", "install", "-y", "-qq", *missing], env=env, capture_output=True
+    ).returncode:
+        subprocess.run(["apt-get", "update", "-qq"], env=env, check=True, capture_output=True)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", *missing], env=env, check=True, capture_output=True
+        )
+
+
+def kcat_throughput(
+    bootstrap: str,
+    topic: str,
+    size: int,
+    count: int,
+    workdir: str,
+    conf: dict[str, str] | None = None,
+) -> dict:
+    """kcat -P of `count` lines of `size` bytes, idempotent, acks=all; wall time to the last ack.
+    conf: more librdkafka properties (e.g. security.protocol=ssl)."""
+    path = os.path.join(workdir, f"lines-{size}-{count}.txt")
+    line = (b"x" * (size - 8)) if size > 8 else b""
+    with open(path, "wb") as f:
+        chunk = b"".join(b"%08d" % (i % 10**8) + line + b"\n" for i in range(10_000))
+        for _ in range(count // 10_000):
+            f.write(chunk)
+    args = [
+        "kcat", "-P", "-b", bootstrap, "-t", topic, "-l", path,
+        "-X", "enable.idempotence=true", "-X", "acks=all", "-X", "linger.ms=5",
+        "-X", "batch.num.messages=10000", "-X", "batch.size=1000000",
+        "-X", "queue.buffering.max.messages=2000000", "-X", "queue.buffering.max.kbytes=2097151",
+        "-X", "partitioner=random",
+    ]  # fmt: skip
+    for k, v in (conf or {}).items():
+        args += ["-X", f"{k}={v}"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    elapsed = time.perf_counter() - t0
+    os.unlink(path)
+    if proc.returncode != 0 or "ERROR" in proc.stderr:
+        raise RuntimeError(f"kcat failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    n = (count // 10_000) * 10_000
+    return {
+        "records": n,
+        "seconds": elapsed,
+        "records_per_s": n / elapsed,
+        "mb_s": n * size / elapsed / MiB,
+    }
+
+
+class LoadProducer:
+    """One idempotent acks=all confluent-kafka producer with the client's defaults
+    (linger.ms 5, its batching): the same settings in every phase (issue 17: don't
+    tune the client to win). Each value starts with its sequence number, so the one
+    delivery callback finds the record's scheduled send time without a closure per
+    record. librdkafka's statistics count the Produce requests it sent."""
+
+    def __init__(self, bootstrap: str, conf: dict[str, str] | None = None) -> None:
+        from confluent_kafka import Producer
+
+        self.sched: list[float] = []
+        self.lat: list[float] = []
+        self.errors = 0
+        self.delivered = 0
+        self.last_delivery = 0.0
+        self._stats: dict = {}
+        self._stats_seen = threading.Event()
+        self.p = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "statistics.interval.ms": 500,
+                "stats_cb": self._on_stats,
+                "on_delivery": self._on_delivery,
+                **(conf or {}),
+            }
+        )
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll, daemon=True)
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.p.poll(0.02)
+
+    def _on_stats(self, text: str) -> None:
+        self._stats = json.loads(text)
+        self._stats_seen.set()
+
+    def _on_delivery(self, err: object, msg: Any) -> None:
+        now = time.perf_counter()
+        if err is not None:
+            self.errors += 1
+            return
+        self.delivered += 1
+        self.last_delivery = now
+        i = int(msg.value()[:8])
+        if i < len(self.sched):
+            self.lat.append(now - self.sched[i])
+
+    def produce_requests(self) -> int:
+        """Produce requests sent so far, from the latest statistics after this call."""
+        self._stats_seen.clear()
+        if not self._stats_seen.wait(5):
+            raise TimeoutError("no librdkafka statistics within 5 s")
+        return sum(
+            b.get("req", {}).get("Produce", 0) for b in self._stats.get("brokers", {}).values()
+        )
+
+    def send(self, topic: str, value: bytes) -> None:
+        while True:
+            try:
+                self.p.produce(topic, value)
+                return
+            except BufferError:  # the client's queue is full: wait for deliveries
+                time.sleep(0.001)
+
+    def reset(self) -> None:
+        self.sched, self.lat, self.errors, self.delivered = [], [], 0, 0
+
+    def flush(self, timeout: float = 120) -> None:
+        left = self.p.flush(timeout)
+        if left:
+            raise RuntimeError(f"{left} records not delivered within {timeout} s")
+
+    def close(self) -> None:
+        self.flush()
+        self._stop.set()
+        self._poller.join()
+
+
+def record_value(i: int, size: int) -> bytes:
+    return b"%08d" % (i % 10**8) + b"y" * (size - 8)
+
+
+def open_loop(prod: LoadProducer, topic: str, size: int, rate: float, seconds: float) -> dict:
+    """Open loop, coordinated-omission-free (as the OpenMessaging Benchmark): send
+    times are scheduled in advance at `rate`; a record's latency counts from its
+    scheduled time, so a stall of the server (or of this sender) delays every record
+    due meanwhile and shows in the tail instead of silently slowing the sender."""
+    prod.reset()
+    n = int(rate * seconds)
+    tail = b"y" * (size - 8)
+    sched = prod.sched = [0.0] * n
+    requests0 = prod.produce_requests()
+    start = time.perf_counter() + 0.01
+    k = 0
+    while k < n:
+        now = time.perf_counter()
+        due = start + k / rate
+        if due > now:
+            time.sleep(due - now)
+            now = time.perf_counter()
+        # Everything due by now goes out now, stamped with its own scheduled time.
+        while k < n and start + k / rate <= now:
+            sched[k] = start + k / rate
+            prod.send(topic, b"%08d" % k + tail)
+            k += 1
+    prod.flush()
+    wall = max(prod.last_delivery, time.perf_counter()) - start
+    requests = prod.produce_requests() - requests0
+    lat = prod.lat
+    return {
+        "rate": rate,
+        "sent": n,
+        "acked": prod.delivered,
+        "errors": prod.errors,
+        "requests": requests,
+        "wall_s": wall,
+        "p50_ms": percentile(lat, 0.5) * 1000,
+        "p99_ms": percentile(lat, 0.99) * 1000,
+        "p999_ms": percentile(lat, 0.999) * 1000,
+    }
+
+
+def closed_loop_max(prod: LoadProducer, topic: str, size: int, seconds: float) -> float:
+    """The most records/s this producer gets acknowledged (sending as fast as its
+    queue takes them for `seconds`, then to the last delivery): the 100% of the
+    25/50/75% load points."""
+    prod.reset()
+    value = record_value(0, size)
+    t0 = time.perf_counter()
+    n = 0
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(1000):
+            prod.send(topic, value)
+        n += 1000
+    prod.flush()
+    if prod.errors:
+        raise RuntimeError(f"{prod.errors} delivery errors in the max-rate phase")
+    return prod.delivered / (prod.last_delivery - t0)
+
+
+def kafka_latency(
+    bootstrap: str,
+    topic: str,
+    size: int,
+    rate: float,
+    seconds: float,
+    conf: dict[str, str] | None = None,
+) -> dict:
+    """p50/p99/p99.9 at a fixed rate from a fresh producer (open loop; see open_loop)."""
+    prod = LoadProducer(bootstrap, conf)
+    try:
+        prod.send(topic, record_value(0, size))  # warm-up: the idempotent PID handshake
+        prod.flush(30)
+        return open_loop(prod, topic, size, rate, seconds)
+    finally:
+        prod.close()
+
+
+async def total_records(read_api: str, topic: str, credentials: object = None) -> int:
+    c = ReadApiClient(read_api, credentials=credentials)  # type: ignore[arg-type]
+    try:
+        reply = await c.partitions([topic], linearizable=True)
+        return sum(p.high_watermark - p.log_start_offset for p in reply.partitions)
+    finally:
+        await c.close()
+
+
+async def total_records_any_replica(
+    read_apis: list[str], topic: str, credentials: object = None
+) -> int:
+    """total_records over a cluster whose nodes each host only some partitions (partition
+    groups with more nodes than replicas: a node answers -1 offsets for a partition it
+    does not host): per partition, the most any node reports."""
+    best: dict[int, int] = {}
+    for addr in read_apis:
+        c = ReadApiClient(addr, credentials=credentials)  # type: ignore[arg-type]
+        try:
+            reply = await c.partitions([topic], linearizable=True)
+        finally:
+            await c.close()
+        for p in reply.partitions:
+            if p.high_watermark >= 0 and p.log_start_offset >= 0:
+                n = p.high_watermark - p.log_start_offset
+                best[p.partition] = max(best.get(p.partition, 0), n)
+    return sum(best.values())

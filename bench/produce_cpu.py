@@ -1,0 +1,195 @@
+"""bench/produce.py's CPU phases: a cluster whose nodes run under bench/stage_profile.py,
+the idle cluster's CPU rate, an open-loop phase's CPU (idle subtracted) per record and
+per Produce request, the per-stage CPU table at a fixed rate, and --cpu-only (those
+figures alone, for A/B of a change)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+from bench.common import CpuMeter, machine
+from bench.kafka_load import PARTITIONS, LoadProducer, open_loop, record_value
+from bench.stage_profile import PROFILE_ENV, SAMPLE_ENV, stage_table
+from sink.process_cluster import SinkProcessCluster
+
+
+class ProfiledCluster(SinkProcessCluster):
+    """Nodes run under bench/stage_profile.py (idle until its control file exists)."""
+
+    def __init__(self, base_dir: str, control: str, **kw: Any) -> None:
+        super().__init__(base_dir, node_wrapper="bench.stage_profile", **kw)
+        self.control = control
+
+    def env_for(self, node_id: int) -> dict[str, str] | None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        env = dict(os.environ, PYTHONPATH=path, **{PROFILE_ENV: self.control})
+        if os.environ.get("BENCH_HOT_SPOTS"):
+            env[SAMPLE_ENV] = "1"
+        return env
+
+
+def idle_cpu_rate(pids: list[int], seconds: float) -> float:
+    """The idle cluster's CPU seconds per second (ticks, heartbeats, housekeeping)."""
+    with CpuMeter(pids) as cpu:
+        time.sleep(seconds)
+    return cpu.cpu_s / cpu.wall_s
+
+
+def _last_index(cluster: SinkProcessCluster) -> int:
+    """The Raft log's last index (the highest any node reports)."""
+    sts = [asyncio.run(cluster.status(i)) for i in cluster.alive()]
+    return max(st["last_index"] for st in sts if st)
+
+
+def measured_phase(
+    cluster: SinkProcessCluster,
+    prod: LoadProducer,
+    idle_rate: float,
+    topic: str,
+    rate: float,
+    seconds: float,
+) -> dict:
+    """Open-loop latency at `rate`, with the cluster's CPU (idle subtracted) per
+    acknowledged record and per Produce request, and Raft entries per request."""
+    pids = [n.proc.pid for n in cluster.nodes.values() if n.proc is not None]
+    first = _last_index(cluster)
+    with CpuMeter(pids) as cpu:
+        r = open_loop(prod, topic, 100, rate, seconds)
+    r["entries"] = _last_index(cluster) - first
+    r["entries_per_request"] = r["entries"] / max(r["requests"], 1)
+    if r["errors"]:
+        raise RuntimeError(f"{r['errors']} delivery errors at {rate:.0f} records/s")
+    net = cpu.cpu_s - idle_rate * cpu.wall_s
+    r["cpu_s"] = cpu.cpu_s
+    r["cpu_net_s"] = net
+    r["cpu_us_per_record"] = net / max(r["acked"], 1) * 1e6
+    r["cpu_us_per_request"] = net / max(r["requests"], 1) * 1e6
+    r["records_per_request"] = r["acked"] / max(r["requests"], 1)
+    print(
+        f"  raftsink at {rate:>7.0f} records/s: p50 {r['p50_ms']:.2f} p99 {r['p99_ms']:.2f} "
+        f"p99.9 {r['p999_ms']:.2f} ms; {r['acked']} acked in {r['requests']} Produce requests "
+        f"({r['entries']} Raft entries); "
+        f"3 nodes' CPU {cpu.cpu_s:.2f} s in {cpu.wall_s:.1f} s ({net:.2f} s above idle): "
+        f"{r['cpu_us_per_record']:.0f} us/record, {r['cpu_us_per_request']:.0f} us/request"
+    )
+    return r
+
+
+def _wait_files(paths: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for path in paths:
+        while not os.path.exists(path):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{path} did not appear within {timeout} s")
+            time.sleep(0.02)
+
+
+def profile_phase(
+    prod: LoadProducer,
+    control: str,
+    pids: dict[int, int],
+    leader: int,
+    topic: str,
+    rate: float,
+    seconds: float,
+) -> dict[str, dict[str, float]]:
+    """The per-stage CPU account at `rate` (bench/stage_profile.py switched on in
+    every node for this phase only: its sampling costs CPU, so the measured phases
+    run without it). Returns {"leader"|"follower": {stage: us per acked record}}."""
+    for pid in pids.values():
+        for suffix in ("json", "started"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{control}.{pid}.{suffix}")
+    open(control, "w").close()
+    _wait_files([f"{control}.{pid}.started" for pid in pids.values()], 10)
+    try:
+        r = open_loop(prod, topic, 100, rate, seconds)
+    finally:
+        os.unlink(control)
+    _wait_files([f"{control}.{pid}.json" for pid in pids.values()], 10)
+    reports = {}
+    for nid, pid in pids.items():
+        with open(f"{control}.{pid}.json") as f:
+            reports[nid] = json.load(f)
+    if os.environ.get("BENCH_HOT_SPOTS"):
+        for nid in (leader, min(n for n in pids if n != leader)):
+            print(f"  node {nid} loop hot spots (samples):")
+            for where, n in list(reports[nid]["loop_hot_spots"].items())[:40]:
+                print(f"    {n:>5} {where}")
+    follower = min(n for n in pids if n != leader)
+    acked = max(r["acked"], 1)
+    out = {}
+    for role, nid in (("leader", leader), ("follower", follower)):
+        table = stage_table(reports[nid])
+        out[role] = {k: v / acked * 1e6 for k, v in table.items()}
+        out[role]["(process total)"] = reports[nid]["process_cpu_s"] / acked * 1e6
+    stages = sorted(
+        {s for t in out.values() for s in t if s != "(process total)"},
+        key=lambda s: -(out["leader"].get(s, 0) + out["follower"].get(s, 0)),
+    )
+    print(
+        f"  per-stage CPU at {rate:.0f} records/s ({seconds:.0f} s, {r['acked']} records, "
+        f"{r['requests']} Produce requests; leader node {leader}, follower node {follower}; "
+        "us of CPU per acknowledged record, stage clocks on):"
+    )
+    print(f"    {'stage':<56} {'leader':>8} {'follower':>8}")
+    for s in stages:
+        lead, fol = out["leader"].get(s, 0.0), out["follower"].get(s, 0.0)
+        if lead >= 0.05 or fol >= 0.05:
+            print(f"    {s:<56} {lead:>8.1f} {fol:>8.1f}")
+    print(
+        f"    {'(process total, profiler included)':<56} "
+        f"{out['leader']['(process total)']:>8.1f} {out['follower']['(process total)']:>8.1f}"
+    )
+    return out
+
+
+def main_cpu(lat_seconds: float, profile_seconds: float) -> int:
+    """CPU per record at 1,000 records/s (idle subtracted) and the per-stage table only."""
+    base = tempfile.mkdtemp(prefix="rs-bench-cpu-")
+    print(f"machine: {machine()}")
+    control = os.path.join(base, "stage-profile")
+    cluster = ProfiledCluster(
+        os.path.join(base, "raftsink"), control, default_partitions=PARTITIONS
+    )
+    cluster.start()
+    fig: dict = {"mode": "cpu-only"}
+    try:
+        asyncio.run(cluster.wait_ready())
+        by_node = {i: n.proc.pid for i, n in cluster.nodes.items() if n.proc is not None}
+        pids = list(by_node.values())
+        idle = idle_cpu_rate(pids, 10.0)
+        fig["idle_cpu_pct"] = round(idle * 100, 1)
+        prod = LoadProducer(cluster.bootstrap_servers)
+        try:
+            prod.send("bench-latency", record_value(0, 100))
+            prod.flush(30)
+            r = measured_phase(cluster, prod, idle, "bench-latency", 1000, lat_seconds)
+            fig["cpu_us_per_record_1k"] = round(r["cpu_us_per_record"], 1)
+            fig["cpu_us_per_request_1k"] = round(r["cpu_us_per_request"], 1)
+            fig["records_per_request_1k"] = round(r["records_per_request"], 2)
+            fig["entries_per_request_1k"] = round(r["entries_per_request"], 2)
+            fig["p50_ms"], fig["p99_ms"] = round(r["p50_ms"], 2), round(r["p99_ms"], 2)
+            fig["p999_ms"] = round(r["p999_ms"], 2)
+            leader = asyncio.run(cluster.wait_ready())
+            stages = profile_phase(
+                prod, control, by_node, leader, "bench-profile", 1000, profile_seconds
+            )
+        finally:
+            prod.close()
+    finally:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    fig["stages_us_per_record_1k"] = {
+        role: {k: round(v, 1) for k, v in t.items() if v >= 0.05} for role, t in stages.items()
+    }
+    print(json.dumps(fig))
+    return 0
