@@ -45,8 +45,8 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
-# Run as `python -m bench.stage_profile` (node processes) and imported as `stage_profile`
-# (bench/produce.py, with bench/ on the path): find common.py either way.
+# Run as `python -m bench.stage_profile` (node processes) and imported as
+# `bench.stage_profile` (bench/produce_cpu.py): find common.py either way.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import task_times
 
