@@ -14,13 +14,16 @@ class NodeOptions:
     election_ticks: int = 10
     """Election timeout T: followers campaign after [T, 2T) ticks without a leader
     (300-600 ms by default); a leader steps down after T ticks without a quorum."""
-    heartbeat_ticks: int = 3
-    """A leader sends heartbeats every this many ticks (90 ms by default, etcd's 100 ms;
-    at least 3 rounds per election timeout). Each round is a gRPC message per peer
-    (coalesced over the host's groups, with the answers to the peer's own beats), and
-    a message costs about 370 us of CPU here: beating every 30 ms tick cost a 7-node
-    cluster half a core idle. Appends carry the commit index and reset followers'
-    timers too, so under load beats matter only to idle groups."""
+    heartbeat_ticks: int = 1
+    """A leader sends heartbeats every this many ticks (1: every 30 ms tick). 3 (90 ms,
+    etcd's 100 ms) cuts idle messages 3x (each is a gRPC message per peer, coalesced
+    over the host's groups, about 370 us of CPU here) but is NOT the default: with
+    beats and answers held to every third tick, a leader's last heartbeat before it
+    quiesces is answered after it quiesced, and that late answer wakes it, so idle
+    groups never all stay quiesced (session 14: 134-177 of 200 groups per host
+    quiesced at any time for minutes with 3, all 200 within 5 s with 1;
+    tests/integration/test_quiescence_processes.py). A single group (no quiescence)
+    may use 3 safely (docs/raft-runtime.md, "Beats every third tick")."""
     max_pending_proposals: int = 200_000
     """Back-pressure: apply() raises BusyError beyond this many uncommitted proposals."""
     proposal_timeout_s: float = 10.0
