@@ -114,6 +114,21 @@ def _states_of(reply: Any) -> dict[TopicPartition, PartitionState]:
     }
 
 
+def _back_off(what: str, errors: dict[str, str], deadline: float, delay: float) -> float:
+    """Sleep before the next pass over the nodes -> the next delay (doubling, at most
+    1 s); ClusterUnreachableError naming every node's error once the deadline would
+    pass."""
+    if time.monotonic() + delay > deadline:
+        tried = "; ".join(f"{a} ({e})" for a, e in errors.items())
+        raise ClusterUnreachableError(
+            f"raftsink cluster unreachable for {what}: tried {tried}. Check that the"
+            " nodes run and that raftsink.nodes lists their read API addresses"
+            " (not the Kafka ports)."
+        )
+    time.sleep(delay)
+    return min(1.0, delay * 2)
+
+
 def _describe(exc: BaseException) -> str:
     code = getattr(exc, "code", None)
     details = getattr(exc, "details", None)
@@ -174,15 +189,7 @@ class ReadCluster:
                     continue
                 self.preferred = i
                 return result
-            if time.monotonic() + delay > deadline:
-                tried = "; ".join(f"{a} ({e})" for a, e in errors.items())
-                raise ClusterUnreachableError(
-                    f"raftsink cluster unreachable for {what}: tried {tried}. Check that the"
-                    " nodes run and that raftsink.nodes lists their read API addresses"
-                    " (not the Kafka ports)."
-                )
-            time.sleep(delay)
-            delay = min(1.0, delay * 2)
+            delay = _back_off(what, errors, deadline, delay)
 
     def partitions(
         self,
@@ -304,15 +311,7 @@ class ReadCluster:
                 if len(out) == len(queries):
                     self.preferred = i
                     return out
-            if time.monotonic() + delay > deadline:
-                tried = "; ".join(f"{a} ({e})" for a, e in errors.items())
-                raise ClusterUnreachableError(
-                    f"raftsink cluster unreachable for OffsetsForTimes: tried {tried}. Check"
-                    " that the nodes run and that raftsink.nodes lists their read API"
-                    " addresses (not the Kafka ports)."
-                )
-            time.sleep(delay)
-            delay = min(1.0, delay * 2)
+            delay = _back_off("OffsetsForTimes", errors, deadline, delay)
 
     def fetch(self, address: str, topic: str, partition: int, offset: int, max_bytes: int) -> Any:
         return self.fetch_soon(address, topic, partition, offset, max_bytes).result(
