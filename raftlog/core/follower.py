@@ -117,7 +117,11 @@ class FollowerSide:
                 self.quiesced = True
                 return
         self._unquiesce()  # a quiesce beat we cannot agree with: answer, awake
-        self._send(HeartbeatResponse(src=self.id, dst=m.src, term=self.term, context=m.context))
+        self._send(
+            HeartbeatResponse(
+                src=self.id, dst=m.src, term=self.term, context=m.context, quiesce=m.quiesce
+            )
+        )
 
     def _handle_snapshot(self, m: InstallSnapshot) -> None:
         log = self.log

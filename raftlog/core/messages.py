@@ -133,7 +133,8 @@ class Heartbeat(Message):
     `context` is the newest ReadIndex sequence number the beat confirms (0: none).
     `quiesce`: the leader stops heartbeating this group after this beat; a
     follower at the same term whose log ends at `commit` quiesces too (and does
-    not answer), any other follower answers, which wakes the leader.
+    not answer), any other follower answers (HeartbeatResponse.quiesce), which
+    wakes the leader.
     """
 
     type: ClassVar[MsgType] = MsgType.HEARTBEAT
@@ -144,10 +145,16 @@ class Heartbeat(Message):
 
 @dataclass(slots=True, kw_only=True)
 class HeartbeatResponse(Message):
-    """Follower -> leader; echoes `context`."""
+    """Follower -> leader; echoes `context`.
+    `quiesce`: the answer to a quiesce beat, which a follower sends only when it
+    does not agree to quiesce; it wakes a quiesced leader. An answer without it
+    (to a beat sent before the quiesce beat, arriving late) says nothing the
+    quiesced leader does not know and leaves it quiesced.
+    """
 
     type: ClassVar[MsgType] = MsgType.HEARTBEAT_RESP
     context: int = 0
+    quiesce: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

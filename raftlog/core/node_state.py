@@ -95,7 +95,8 @@ class RawNode(IdentityRules, Elections, Quiescence, FollowerSide, LeaderSide, Re
         self.heartbeat_elapsed = 0
         self.randomized_timeout = config.election_tick
         # Quiesced: no heartbeats (leader) or no election timer (follower) until
-        # wake(); every message but the current leader's quiesce beat, and every
+        # wake(); every current message but the current leader's quiesce beat and a
+        # follower's late answer to a plain beat (Quiescence._wakes), and every
         # proposal, read, transfer or campaign, wakes the node.
         self.quiesced = False
         self._idle_ticks = 0  # a leader's consecutive ticks in a quiescible state
@@ -381,18 +382,8 @@ class RawNode(IdentityRules, Elections, Quiescence, FollowerSide, LeaderSide, Re
         """Process one message addressed to this node."""
         if m.dst != self.id:
             return
-        # A quiesced node wakes on any current or newer message except the
-        # leader's quiesce beat repeated; a stale one changes nothing (answered below).
-        if (
-            self.quiesced
-            and not (m.term and m.term < self.term)
-            and not (
-                m.type is MsgType.HEARTBEAT
-                and m.quiesce  # type: ignore[attr-defined]
-                and m.term == self.term
-                and m.src == self.lead
-            )
-        ):
+        # A stale message changes nothing (answered below).
+        if self.quiesced and not (m.term and m.term < self.term) and self._wakes(m):
             self._unquiesce()
         if m.incarnation:
             self._note_identity(m)

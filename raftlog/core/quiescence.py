@@ -4,6 +4,7 @@ election timers (docs/raft-runtime.md, "Quiescence"; CockroachDB's quiescence).
 
 from __future__ import annotations
 
+from raftlog.core.messages import Message, MsgType
 from raftlog.core.progress import ProgressState
 from raftlog.core.ready import Role
 
@@ -44,6 +45,24 @@ class Quiescence:
         if self.cfg.incarnation:
             change = self.identity_change()  # what _maybe_admit would propose
             return change is None or change == self.membership
+        return True
+
+    def _wakes(self, m: Message) -> bool:
+        """Whether a current or newer message ends this node's quiescence. Every one
+        does except the leader's quiesce beat repeated and, at a leader, a
+        follower's answer to a beat sent before the quiesce beat. With beats and
+        their answers held to a host's beat tick (RaftHost), that answer often
+        arrives after the leader quiesced; it says nothing the leader does not
+        know (every follower had acknowledged the whole log), and waking on it
+        kept idle groups cycling between quiesced and awake. A follower that does
+        not agree to quiesce answers the quiesce beat itself, flagged
+        (HeartbeatResponse.quiesce), and that answer wakes."""
+        if m.term != self.term:
+            return True
+        if m.type is MsgType.HEARTBEAT:
+            return not (m.quiesce and m.src == self.lead)  # type: ignore[attr-defined]
+        if m.type is MsgType.HEARTBEAT_RESP:
+            return m.quiesce  # type: ignore[attr-defined]
         return True
 
     def _quiesce(self) -> None:

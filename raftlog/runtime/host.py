@@ -69,12 +69,11 @@ from raftlog.transport.beats import (
     Beats,
     BeatsResponse,
     coalesce,
+    coalescible,
     expand,
 )
 
 log = logging.getLogger("raftlog.runtime")
-
-_BEAT_KINDS = frozenset({MsgType.HEARTBEAT, MsgType.HEARTBEAT_RESP})
 
 
 @dataclass(slots=True)
@@ -360,7 +359,7 @@ class RaftHost:
         # k == 1 every tick is a beat tick).
         hold = k > 1 and self.stats.ticks % k != 0
         for m in msgs:
-            if m.type in _BEAT_KINDS:
+            if coalescible(m):
                 if m.context:
                     out.append(m)  # confirms a read: leaves in this iteration's flush
                 elif defer and m.type is MsgType.HEARTBEAT_RESP:
@@ -383,6 +382,7 @@ class RaftHost:
         self._flush_scheduled = False
         out, self._out = self._out, []
         if out:
+            # send() holds only coalescible messages here, so nothing comes back alone.
             coalesced, _ = coalesce(out, self.node_id, self.nonce)
             st = self.stats
             st.beats_messages_sent += len(coalesced)

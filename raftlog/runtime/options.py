@@ -14,16 +14,14 @@ class NodeOptions:
     election_ticks: int = 10
     """Election timeout T: followers campaign after [T, 2T) ticks without a leader
     (300-600 ms by default); a leader steps down after T ticks without a quorum."""
-    heartbeat_ticks: int = 1
-    """A leader sends heartbeats every this many ticks (1: every 30 ms tick). 3 (90 ms,
-    etcd's 100 ms) cuts idle messages 3x (each is a gRPC message per peer, coalesced
-    over the host's groups, about 370 us of CPU here) but is NOT the default: with
-    beats and answers held to every third tick, a leader's last heartbeat before it
-    quiesces is answered after it quiesced, and that late answer wakes it, so idle
-    groups never all stay quiesced (session 14: 134-177 of 200 groups per host
-    quiesced at any time for minutes with 3, all 200 within 5 s with 1;
-    tests/integration/test_quiescence_processes.py). A single group (no quiescence)
-    may use 3 safely (docs/raft-runtime.md, "Beats every third tick")."""
+    heartbeat_ticks: int = 3
+    """A leader sends heartbeats every this many ticks (3: 90 ms, etcd's 100 ms; still
+    3 or more rounds per election timeout). 1 (every tick) sends 3x the idle messages
+    (each a gRPC message per peer, coalesced over the host's groups, about 370 us of
+    CPU here). With beats and answers held to the host's beat tick, a leader's last
+    plain beat is often answered after it quiesced; that late answer does not wake
+    it (only a follower's flagged refusal of the quiesce beat does), so idle groups
+    stay quiesced (docs/raft-runtime.md, "Beats every third tick", "Quiescence")."""
     max_pending_proposals: int = 200_000
     """Back-pressure: apply() raises BusyError beyond this many uncommitted proposals."""
     proposal_timeout_s: float = 10.0

@@ -61,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from raftlog.core import AppendEntries, MemoryStorage, Message, MsgType, RaftConfig, RawNode, Role
+from raftlog.core import AppendEntries, MemoryStorage, Message, RaftConfig, RawNode, Role
 from raftlog.core.liveness import NodeLiveness, liveness_wakes
 from raftlog.entry import EntryType, HardState
 from raftlog.sim.group import SimGroup, SimNode
@@ -72,6 +72,7 @@ from raftlog.transport.beats import (
     Beats,
     BeatsResponse,
     coalesce,
+    coalescible,
     expand,
     pack_rows,
     unpack_rows,
@@ -128,9 +129,6 @@ class SimParams:
     """Node liveness: silence limit S in ticks (drawn in [S, 1.5 S]); a broken stream
     counts after election_tick silent ticks."""
     node_beat_ticks: int = 2
-
-
-_BEAT_KINDS = (MsgType.HEARTBEAT, MsgType.HEARTBEAT_RESP)
 
 
 @dataclass
@@ -415,7 +413,7 @@ class SimCluster:
         if isinstance(m, AppendEntries) and m.entries:
             grp = self.gs[m.group_id] if self.multi else self.gs[0]
             grp.check.check_entries(f"append {m.src}->{m.dst}", m.entries, m.prev_term)
-        if self.coalesced and m.type in _BEAT_KINDS:
+        if self.coalesced and coalescible(m):
             # held for this node's flush, which runs after the events of this instant
             # (as the host's flush runs after the groups woken in one loop iteration)
             out = self._out.setdefault(m.src, [])

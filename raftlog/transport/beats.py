@@ -21,6 +21,9 @@ each peer at least one Beats per tick, with no rows if no group has a beat for
 it (the node beat), and every Beats/BeatsResponse carries the sending
 process's start nonce (`node_nonce`, field 30). A Beats flagged `quiesce`
 (field 31) holds only quiesce beats (coalesce keeps them apart from the rest).
+A follower's answer to a quiesce beat (it does not quiesce: HeartbeatResponse
+flagged quiesce, which wakes the leader) is not coalesced: it travels as
+itself, so a BeatsResponse row is always a plain answer.
 Both fields are absent in messages of senders that predate them and decode
 as 0 / False: a plain beat from an unknown process, which changes nothing.
 """
@@ -153,7 +156,7 @@ def coalesce(
             if twin is not None:
                 twin.pop(m.group_id, None)
             beats.setdefault(key, {})[m.group_id] = (m.group_id, m.term, m.commit, m.context)
-        elif t is MsgType.HEARTBEAT_RESP:
+        elif t is MsgType.HEARTBEAT_RESP and not m.quiesce:
             key = (m.dst, m.incarnation, m.identity)
             resps.setdefault(key, {})[m.group_id] = (m.group_id, m.term, m.context)
         else:
@@ -191,6 +194,14 @@ def coalesce(
                 )
             )
     return out, other
+
+
+def coalescible(m: Message) -> bool:
+    """m folds into a Beats / BeatsResponse: a heartbeat, or a plain answer to one
+    (an answer flagged quiesce travels as itself and leaves at once: it wakes the
+    leader)."""
+    t = m.type
+    return t is MsgType.HEARTBEAT or (t is MsgType.HEARTBEAT_RESP and not m.quiesce)  # type: ignore[attr-defined]
 
 
 def expand(m: Beats | BeatsResponse) -> list[Message]:

@@ -106,7 +106,7 @@ def _enc_heartbeat(m: Heartbeat, p: pb.RaftMessage) -> None:
 
 
 def _enc_heartbeat_resp(m: HeartbeatResponse, p: pb.RaftMessage) -> None:
-    p.context = m.context
+    p.context, p.quiesce = m.context, m.quiesce
 
 
 def _enc_snapshot(m: InstallSnapshot, p: pb.RaftMessage) -> None:
@@ -255,7 +255,7 @@ def _dec_heartbeat(p: pb.RaftMessage, h: dict, limits: DecodeLimits) -> Message:
 
 
 def _dec_heartbeat_resp(p: pb.RaftMessage, h: dict, limits: DecodeLimits) -> Message:
-    return HeartbeatResponse(**h, context=p.context)
+    return HeartbeatResponse(**h, context=p.context, quiesce=p.quiesce)
 
 
 def _dec_snapshot(p: pb.RaftMessage, h: dict, limits: DecodeLimits) -> Message:

@@ -148,6 +148,7 @@ def _message_parts(m: Message, entries: EntryEncoder, out: list[bytes]) -> None:
         _u(p, 31, m.quiesce)
     elif t is MsgType.HEARTBEAT_RESP:
         _u(p, 19, m.context)
+        _u(p, 31, m.quiesce)
     elif t is MsgType.SNAPSHOT:
         _u(p, 10, m.index)
         _u(p, 20, m.snap_term)

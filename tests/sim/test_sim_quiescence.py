@@ -82,6 +82,11 @@ def test_the_idle_check_sees_a_quiesced_leader_left_without_the_restart_wake(mon
         return liveness_wakes(nid, quiet, down, gone, set())
 
     monkeypatch.setattr(sim_cluster, "liveness_wakes", without_restart)
-    c, f = _quiesced_group_then_loss("suffix")
+    # hard_state: the log stays, so the restarted node knows from its own membership
+    # that it is a replacement and never campaigns (a suffix loss cut at a random
+    # index may take the admission entry with it; that node then campaigns, which
+    # wakes the leader and hides the missing wake, depending on the seed's draws)
+    c, f = _quiesced_group_then_loss("hard_state")
+    assert c.gs[0].nodes[f].node.is_replacement()
     lag = _quiesced_lagging(c)
     assert lag and {m for _, _, m, _ in lag} == {f}

@@ -7,7 +7,7 @@ these tests also check that a quiesced node's tick is a no-op.
 from __future__ import annotations
 
 from raftlog.core import MsgType, ReadState, Role
-from raftlog.core.messages import Heartbeat
+from raftlog.core.messages import Heartbeat, HeartbeatResponse
 from raftlog.sim.harness import Cluster
 
 Q = 6
@@ -76,12 +76,33 @@ def test_a_follower_that_cannot_agree_answers_and_its_answer_wakes_the_leader():
     c.deliver([Heartbeat(src=1, dst=2, term=1, group_id=0, commit=5, quiesce=True)])
     assert not n2.quiesced and n2.log.committed == 2
     resp = c.peers[2].process_ready()
-    assert [(m.type, m.dst) for m in resp] == [(MsgType.HEARTBEAT_RESP, 1)]
+    assert [(m.type, m.dst, m.quiesce) for m in resp] == [(MsgType.HEARTBEAT_RESP, 1, True)]
     c.deliver(resp)
     assert not n1.quiesced  # the answer woke the leader
     c.stabilize()
     c.tick_all(Q + 12)  # and the group quiesces again
     assert n1.quiesced and n2.quiesced
+
+
+def test_a_late_answer_to_a_plain_beat_leaves_the_quiesced_leader_quiesced():
+    """With beats and answers held to a host's beat tick, the answer to the
+    leader's last plain beat can arrive after it quiesced. It says nothing new
+    (every follower had acknowledged the whole log): waking on it kept idle
+    groups cycling between quiesced and awake (session 14, heartbeat_ticks 3)."""
+    c = _quiet_cluster()
+    c.tick_all(Q + 2)
+    n1 = c.node(1)
+    assert n1.quiesced
+    beats = _beats_sent(c)
+    c.deliver([HeartbeatResponse(src=2, dst=1, term=1, group_id=0)])
+    c.deliver([HeartbeatResponse(src=3, dst=1, term=1, group_id=0, context=0)])
+    assert n1.quiesced
+    assert c.peers[1].process_ready() == []
+    c.tick_all(10 * Q)
+    assert n1.quiesced and _beats_sent(c) == beats
+    # the flagged answer (a follower that did not quiesce) still wakes it
+    c.deliver([HeartbeatResponse(src=2, dst=1, term=1, group_id=0, quiesce=True)])
+    assert not n1.quiesced
 
 
 def test_a_stale_term_quiesce_beat_changes_nothing():

@@ -123,6 +123,23 @@ def test_quiesce_flag_and_node_nonce_round_trip_and_old_senders_decode_as_unflag
     assert not expand(old)[0].quiesce
 
 
+def test_an_answer_to_a_quiesce_beat_travels_alone_and_keeps_its_flag():
+    """A follower that does not quiesce flags its answer (it wakes the leader);
+    a BeatsResponse row has no flag, so that answer is not folded into one."""
+    answers = [
+        HeartbeatResponse(src=2, dst=1, term=3, group_id=1, quiesce=True),
+        HeartbeatResponse(src=2, dst=1, term=3, group_id=2),
+    ]
+    out, other = coalesce(answers, 2)
+    assert other == [answers[0]]
+    assert [(m.type, m.rows) for m in out] == [(BEATS_RESP, [(2, 3, 0)])]
+    for batch in (
+        encode_batch(other),
+        pb.MessageBatch.FromString(encode_batch_bytes(other, EntryEncoder())),
+    ):
+        assert decode_batch(batch, 1, {2}, GROUPS | {1}) == [answers[0]]
+
+
 def test_a_newer_beat_of_a_group_replaces_its_quiesce_beat_in_one_flush():
     beats = [
         Heartbeat(src=1, dst=2, term=3, group_id=1, commit=7, quiesce=True),

@@ -45,6 +45,7 @@ EXAMPLES = [
     RequestVoteResponse(**H, granted=True, pre_vote=True),
     Heartbeat(**H, commit=4, context=99),
     HeartbeatResponse(**H, context=99),
+    HeartbeatResponse(**H, context=0, quiesce=True),
     InstallSnapshot(
         **H, index=100, snap_term=5, offset=4096, data=b"x" * 10, done=True, meta_data=b"m"
     ),
