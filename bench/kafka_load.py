@@ -231,13 +231,18 @@ def kafka_latency(
     rate: float,
     seconds: float,
     conf: dict[str, str] | None = None,
+    samples: list[float] | None = None,
 ) -> dict:
-    """p50/p99/p99.9 at a fixed rate from a fresh producer (open loop; see open_loop)."""
+    """p50/p99/p99.9 at a fixed rate from a fresh producer (open loop; see open_loop).
+    samples: also extended with every record's latency (seconds), to pool rounds."""
     prod = LoadProducer(bootstrap, conf)
     try:
         prod.send(topic, record_value(0, size))  # warm-up: the idempotent PID handshake
         prod.flush(30)
-        return open_loop(prod, topic, size, rate, seconds)
+        out = open_loop(prod, topic, size, rate, seconds)
+        if samples is not None:
+            samples.extend(prod.lat)
+        return out
     finally:
         prod.close()
 

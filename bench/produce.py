@@ -33,7 +33,9 @@ open-loop one above, default linger). For the kcat phase it prints each process'
 CPU per record split by thread (loop, gRPC event_engine, other Python threads) and
 the client's, and the load average before and after. JSON: tls_throughput_ratio_1k
 (TLS everywhere / plaintext records/s), tls_p99_ratio (TLS / plaintext p99),
-tls_kafka_throughput_ratio_1k, cpu_split_us.
+tls_kafka_throughput_ratio_1k, cpu_split_us. The plaintext and TLS-everywhere clusters
+run side by side and their 1,000/s latency rounds alternate (3 x 10 s each with --quick,
+5 x 20 s without); each p99 pools its rounds' samples (tls_p99_ratio_rounds: per round).
 
 Where the code is: bench/kafka_load.py (kcat, the confluent-kafka load producer, the
 records stored), bench/jetstream.py (the JetStream peer), bench/produce_cpu.py (the CPU

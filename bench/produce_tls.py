@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench.common import CpuMeter, loadavg, machine, print_targets
+from bench.common import CpuMeter, loadavg, machine, percentile, print_targets
 from bench.kafka_load import (
     PARTITIONS,
     ensure_debian_packages,
@@ -104,80 +104,130 @@ def _print_split(label: str, split: dict[str, dict[str, float]]) -> None:
         print(f"  {'':>9}    {role:<11} {row['total']:>6.2f}  {kinds}")
 
 
-def _tls_phase(label: str, base: str, count: int, lat_seconds: float, certs: str) -> dict:
-    """One cluster (TLS_LAYOUTS[label] says what is encrypted): 1 KiB throughput with
-    kcat (with the per-process, per-thread CPU split), then p50/p99 at 1,000 records/s
-    with confluent-kafka."""
-    from sink.readapi.client import tls_credentials
+class _LayoutCluster:
+    """One 3-node cluster encrypting what TLS_LAYOUTS[label] says, with the client
+    settings that reach it."""
 
-    layout = TLS_LAYOUTS[label]
-    extra, conf, creds = list(layout), {}, None
-    if layout:
-        extra = ["--tls-ca-file", f"{certs}/ca.pem", *layout]
-        conf = {
-            "security.protocol": "ssl",
-            "ssl.ca.location": f"{certs}/ca.pem",
-            "ssl.certificate.location": f"{certs}/client.pem",
-            "ssl.key.location": f"{certs}/client.key",
-        }
-    if "--tls-read-api" in layout:
-        creds = tls_credentials(f"{certs}/ca.pem", f"{certs}/client.pem", f"{certs}/client.key")
-    cluster = SinkProcessCluster(
-        os.path.join(base, label),
-        default_partitions=PARTITIONS,
-        extra_args=extra,
-        read_api_credentials=creds,
-    )
-    if layout:
-        for i, n in cluster.nodes.items():
-            n.extra_args += ["--tls-cert-file", f"{certs}/node{i}.pem"]
-            n.extra_args += ["--tls-key-file", f"{certs}/node{i}.key"]
-    cluster.start()
-    try:
-        leader = asyncio.run(cluster.wait_ready(120))
+    def __init__(self, label: str, base: str, certs: str) -> None:
+        from sink.readapi.client import tls_credentials
+
+        self.label = label
+        layout = TLS_LAYOUTS[label]
+        extra: list[str] = list(layout)
+        self.conf: dict[str, str] = {}
+        self.creds = None
+        if layout:
+            extra = ["--tls-ca-file", f"{certs}/ca.pem", *layout]
+            self.conf = {
+                "security.protocol": "ssl",
+                "ssl.ca.location": f"{certs}/ca.pem",
+                "ssl.certificate.location": f"{certs}/client.pem",
+                "ssl.key.location": f"{certs}/client.key",
+            }
+        if "--tls-read-api" in layout:
+            self.creds = tls_credentials(
+                f"{certs}/ca.pem", f"{certs}/client.pem", f"{certs}/client.key"
+            )
+        self.base = base
+        self.cluster = SinkProcessCluster(
+            os.path.join(base, label),
+            default_partitions=PARTITIONS,
+            extra_args=extra,
+            read_api_credentials=self.creds,
+        )
+        if layout:
+            for i, n in self.cluster.nodes.items():
+                n.extra_args += ["--tls-cert-file", f"{certs}/node{i}.pem"]
+                n.extra_args += ["--tls-key-file", f"{certs}/node{i}.key"]
+        self.samples: list[float] = []  # every latency round's, pooled (seconds)
+        self.round_p99_ms: list[float] = []
+
+    def start(self) -> None:
+        self.cluster.start()
+        self.leader = asyncio.run(self.cluster.wait_ready(120))
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+    def throughput(self, count: int) -> dict:
+        """1 KiB records with kcat, with the per-process, per-thread CPU split."""
+        cluster = self.cluster
         pids = [n.proc.pid for n in cluster.nodes.values() if n.proc is not None]
         roles = {
-            ("leader" if i == leader else f"follower-{i}"): n.proc.pid
+            ("leader" if i == self.leader else f"follower-{i}"): n.proc.pid
             for i, n in sorted(cluster.nodes.items())
             if n.proc is not None
         }
         with CpuMeter(pids) as cpu, ThreadSplit(roles) as threads:
-            r = kcat_throughput(cluster.bootstrap_servers, "bench-1k", 1024, count, base, conf)
-        stored = asyncio.run(total_records(cluster.peers[1].read_api, "bench-1k", creds))
+            r = kcat_throughput(
+                cluster.bootstrap_servers, "bench-1k", 1024, count, self.base, self.conf
+            )
+        stored = asyncio.run(total_records(cluster.peers[1].read_api, "bench-1k", self.creds))
         if stored != r["records"]:
             raise RuntimeError(f"{r['records']} records delivered but {stored} stored")
         asyncio.run(cluster.wait_settled())
-        lat = kafka_latency(cluster.bootstrap_servers, "bench-lat", 100, 1000, lat_seconds, conf)
+        out = {
+            "records_per_s": r["records_per_s"],
+            "mb_s": r["mb_s"],
+            "cpu_us_per_record": cpu.cpu_s / r["records"] * 1e6,
+            "cpu_split_us": threads.per_record_us(r["records"]),
+        }
+        print(
+            f"  {self.label:>9}: 1 KiB {out['records_per_s']:>8.0f} records/s "
+            f"{out['mb_s']:>6.1f} MB/s ({r['records']} records, "
+            f"{out['cpu_us_per_record']:.1f} us CPU/record)"
+        )
+        _print_split(self.label, out["cpu_split_us"])
+        sys.stdout.flush()
+        return out
+
+    def latency_round(self, seconds: float) -> None:
+        """One round at 1,000 records/s of 100 B (confluent-kafka, open loop); its
+        samples join the pool."""
+        lat = kafka_latency(
+            self.cluster.bootstrap_servers,
+            "bench-lat",
+            100,
+            1000,
+            seconds,
+            self.conf,
+            samples=self.samples,
+        )
         if lat["errors"]:
             raise RuntimeError(f"{lat['errors']} delivery errors in the latency phase")
-    finally:
-        cluster.stop()
-    out = {
-        "records_per_s": r["records_per_s"],
-        "mb_s": r["mb_s"],
-        "cpu_us_per_record": cpu.cpu_s / r["records"] * 1e6,
-        "p50_ms": lat["p50_ms"],
-        "p99_ms": lat["p99_ms"],
-        "cpu_split_us": threads.per_record_us(r["records"]),
-    }
-    print(
-        f"  {label:>9}: 1 KiB {out['records_per_s']:>8.0f} records/s {out['mb_s']:>6.1f} MB/s "
-        f"({r['records']} records, {out['cpu_us_per_record']:.1f} us CPU/record); "
-        f"at 1,000/s p50 {out['p50_ms']:.2f} ms p99 {out['p99_ms']:.2f} ms"
-    )
-    _print_split(label, out["cpu_split_us"])
-    sys.stdout.flush()
-    return out
+        self.round_p99_ms.append(lat["p99_ms"])
+        print(
+            f"  {self.label:>9}: latency round {len(self.round_p99_ms)} at 1,000/s: "
+            f"p50 {lat['p50_ms']:.2f} ms p99 {lat['p99_ms']:.2f} ms"
+        )
+        sys.stdout.flush()
+
+    def latency(self) -> dict:
+        return {
+            "p50_ms": percentile(self.samples, 0.5) * 1000,
+            "p99_ms": percentile(self.samples, 0.99) * 1000,
+            "p999_ms": percentile(self.samples, 0.999) * 1000,
+            "samples": len(self.samples),
+            "round_p99_ms": [round(x, 2) for x in self.round_p99_ms],
+        }
 
 
 def main_tls(quick: bool) -> int:
+    """tls-kafka alone first (throughput and one latency round: it splits TLS's cost,
+    no target judges it); then the plaintext and the TLS-everywhere clusters run side by
+    side, each idle while the other is measured, and their latency rounds alternate
+    (plaintext, tls, plaintext, ...). A p99 from one few-second phase swung both ways
+    (session 14: ratios 0.92, 5.35, 0.34): on this shared 2-core machine one stall
+    decides it. Alternating rounds put the machine's noise on both sides, and each p99
+    comes from every round's samples pooled."""
     ensure_debian_packages("kcat")
     count = 100_000 if quick else 300_000
-    lat_seconds = 5.0 if quick else 20.0
+    rounds, round_s = (3, 10.0) if quick else (5, 20.0)
     base = tempfile.mkdtemp(prefix="rs-bench-tls-")
     print(f"machine: {machine()}")
     print(
-        f"mode: {'quick' if quick else 'full'}, --tls; 3 processes, fsync on, {PARTITIONS} partitions"
+        f"mode: {'quick' if quick else 'full'}, --tls; 3 processes, fsync on, {PARTITIONS} "
+        f"partitions; latency: {rounds} alternating rounds of {round_s:.0f} s per cluster"
     )
     print(f"load average before: {loadavg()}")
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
@@ -185,32 +235,70 @@ def main_tls(quick: bool) -> int:
     subprocess.run(
         ["bash", os.path.join(script, "make-certs.sh"), certs], check=True, capture_output=True
     )
+    tp: dict[str, dict] = {}
+    lat: dict[str, dict] = {}
     try:
-        ph = {label: _tls_phase(label, base, count, lat_seconds, certs) for label in TLS_LAYOUTS}
+        kafka_only = _LayoutCluster("tls-kafka", base, certs)
+        kafka_only.start()
+        try:
+            tp["tls-kafka"] = kafka_only.throughput(count)
+            kafka_only.latency_round(round_s)
+            lat["tls-kafka"] = kafka_only.latency()
+        finally:
+            kafka_only.stop()
+        pair = [_LayoutCluster(label, base, certs) for label in ("plaintext", "tls")]
+        try:
+            for c in pair:
+                c.start()
+            for c in pair:
+                tp[c.label] = c.throughput(count)
+            for _ in range(rounds):
+                for c in pair:
+                    c.latency_round(round_s)
+            for c in pair:
+                lat[c.label] = c.latency()
+        finally:
+            for c in pair:
+                c.stop()
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(f"load average after: {loadavg()}")
-    plain, kafka_only, tls = ph["plaintext"], ph["tls-kafka"], ph["tls"]
+    for label in TLS_LAYOUTS:
+        x = lat[label]
+        print(
+            f"  {label:>9}: at 1,000/s over {x['samples']} records: p50 {x['p50_ms']:.2f} ms "
+            f"p99 {x['p99_ms']:.2f} ms p99.9 {x['p999_ms']:.2f} ms (rounds' p99 {x['round_p99_ms']})"
+        )
+    plain, tls = lat["plaintext"], lat["tls"]
     fig = {
         "mode": ("quick" if quick else "full") + "-tls",
-        "records_per_s_1k": round(plain["records_per_s"]),
-        "tls_kafka_records_per_s_1k": round(kafka_only["records_per_s"]),
-        "tls_records_per_s_1k": round(tls["records_per_s"]),
+        "records_per_s_1k": round(tp["plaintext"]["records_per_s"]),
+        "tls_kafka_records_per_s_1k": round(tp["tls-kafka"]["records_per_s"]),
+        "tls_records_per_s_1k": round(tp["tls"]["records_per_s"]),
         "p99_ms": round(plain["p99_ms"], 2),
         "tls_p99_ms": round(tls["p99_ms"], 2),
-        "tls_throughput_ratio_1k": round(tls["records_per_s"] / plain["records_per_s"], 3),
-        "tls_p99_ratio": round(tls["p99_ms"] / plain["p99_ms"], 3),
-        "tls_cpu_ratio_1k": round(tls["cpu_us_per_record"] / plain["cpu_us_per_record"], 3),
-        "tls_kafka_throughput_ratio_1k": round(
-            kafka_only["records_per_s"] / plain["records_per_s"], 3
+        "latency_samples": {k: v["samples"] for k, v in lat.items()},
+        "round_p99_ms": {k: v["round_p99_ms"] for k, v in lat.items()},
+        "tls_throughput_ratio_1k": round(
+            tp["tls"]["records_per_s"] / tp["plaintext"]["records_per_s"], 3
         ),
-        "cpu_us_per_record_1k": {k: round(v["cpu_us_per_record"], 2) for k, v in ph.items()},
-        "cpu_split_us": {k: v["cpu_split_us"] for k, v in ph.items()},
+        "tls_p99_ratio": round(tls["p99_ms"] / plain["p99_ms"], 3),
+        "tls_p99_ratio_rounds": [
+            round(t / p, 3) for p, t in zip(plain["round_p99_ms"], tls["round_p99_ms"], strict=True)
+        ],
+        "tls_cpu_ratio_1k": round(
+            tp["tls"]["cpu_us_per_record"] / tp["plaintext"]["cpu_us_per_record"], 3
+        ),
+        "tls_kafka_throughput_ratio_1k": round(
+            tp["tls-kafka"]["records_per_s"] / tp["plaintext"]["records_per_s"], 3
+        ),
+        "cpu_us_per_record_1k": {k: round(v["cpu_us_per_record"], 2) for k, v in tp.items()},
+        "cpu_split_us": {k: v["cpu_split_us"] for k, v in tp.items()},
     }
     print_targets(
         {
             "TLS throughput ratio >= 0.7 (1 KiB)": fig["tls_throughput_ratio_1k"] >= 0.7,
-            "TLS p99 ratio <= 1.5": fig["tls_p99_ratio"] <= 1.5,
+            "TLS p99 ratio <= 1.5 (pooled rounds)": fig["tls_p99_ratio"] <= 1.5,
         }
     )
     print(json.dumps(fig))
