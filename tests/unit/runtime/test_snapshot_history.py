@@ -21,7 +21,7 @@ import pytest
 from raftlog.core.log_reader import Snapshot
 from raftlog.entry import SnapshotMeta
 from raftlog.runtime import NodeOptions, SnapshotStore
-from raftlog.runtime.compaction import cut_points
+from raftlog.runtime.compaction import KEEP_CUT_POINTS, cut_points
 from tests.helpers.raft_inprocess import FAST, InProcessRaftCluster, wait_until
 
 
@@ -135,7 +135,8 @@ def test_the_log_is_cut_only_at_a_kept_snapshot(tmp_path):
             assert base <= leader.first_index() - 1 <= limit[0]  # offered: what was released
             kept = leader.snapshots.indexes()
             assert base == 0 or base in kept, (base, kept)
-            assert len(kept) <= 2 + 4, kept  # base, newest and the cut points between
+            # base, newest and the cut points between
+            assert len(kept) <= 2 + KEEP_CUT_POINTS, kept
             assert leader.core.log.reader.snapshot_meta().index == (base or kept[-1])
         assert leader.queue.first_index() > 100
         await c.stop()
