@@ -18,27 +18,22 @@ original is still uncommitted shares the original's future (keyed by
 (pid, topic, partition, first_seq, last_seq)) instead of being proposed again;
 the state machine's apply-time check covers every other case, including
 retries after a leader change.
+
+SinkService is one class in two modules: the admin operations (producer ids, topics,
+topic configs, client quotas) are its AdminOps part (sink/service_admin.py, no state of
+its own: every field is set in SinkService.__init__). The mapping of a failed proposal
+to its Kafka error, _error_of, is sink/service_errors.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import re
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from raftlog.runtime import (
-    BusyError,
-    LeaderChangedError,
-    NodeStoppedError,
-    NotLeaderError,
-    ProposalTimeoutError,
-    RaftNode,
-)
+from raftlog.runtime import RaftNode
 from sink.groups import GroupOptions, GroupRuntime
 from sink.kafka.handlers.services import PartitionRole
 from sink.kafka.protocol.errors import ErrorCode
@@ -46,16 +41,12 @@ from sink.kafka.protocol.records import BatchHeader
 from sink.lifecycle.sequence_gaps import SequenceGaps
 from sink.lifecycle.topics import TopicLifecycle
 from sink.offsets import GroupOffsetService, OffsetsOptions
-from sink.quotas import Alteration, ClientQuotaManager, QuotaTable
-from sink.state import CreateTopicResult, ProduceResult, SinkStateMachine, TopicInfo, quota_command
+from sink.quotas import ClientQuotaManager
+from sink.service_admin import AdminOps
+from sink.service_errors import _error_of
+from sink.state import ProduceResult, SinkStateMachine
 from sink.state import commands as cmd
-from sink.topics import state as topic_state
-from sink.topics.configs import TopicConfigError, TopicDefaults, validate_all
 from sink.topics.stamp import stamp_log_append_time
-
-log = logging.getLogger("sink.service")
-
-_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,27 +73,13 @@ class SinkOptions:
             raise ValueError("SinkOptions.sequence_gap_grace_ms must be >= 0")
 
 
-def _error_of(exc: BaseException | None) -> ErrorCode:
-    """The Kafka error of a failed (None: cancelled) proposal. Only what really
-    means "outcome unknown, retry" is REQUEST_TIMED_OUT; anything unrecognised is a
-    bug and says so (UNKNOWN_SERVER_ERROR, logged), never a timeout."""
-    if exc is None or isinstance(exc, ProposalTimeoutError):
-        return ErrorCode.request_timed_out
-    if isinstance(exc, NotLeaderError | LeaderChangedError | NodeStoppedError):
-        return ErrorCode.not_leader_or_follower
-    if isinstance(exc, BusyError):
-        return ErrorCode.not_enough_replicas
-    log.error("sink.unexpected_error %r", exc, exc_info=exc)
-    return ErrorCode.unknown_server_error
-
-
 def _done(loop: asyncio.AbstractEventLoop, value: object) -> asyncio.Future:
     f = loop.create_future()
     f.set_result(value)
     return f
 
 
-class SinkService:
+class SinkService(AdminOps):
     """The operations the Kafka handlers (and the read API) need.
 
     brokers: node id -> advertised Kafka (host, port) of EVERY node.
@@ -457,154 +434,3 @@ class SinkService:
             if r.error != ErrorCode.none:
                 return r
         return results[0]
-
-    # --------------------------------------------------------- producer ids
-
-    async def init_producer_id(self) -> tuple[ErrorCode, int, int]:
-        """A new producer id (epoch 0) allocated through the log -> (error, pid, epoch)."""
-        try:
-            res = await self.node.apply(
-                cmd.encode_alloc_pid(), timeout=self.options.produce_timeout_s
-            )
-        except Exception as exc:
-            err = _error_of(exc)
-            # InitProducerId speaks coordinator errors: NOT_COORDINATOR makes
-            # clients look the coordinator (the leader) up again.
-            return (
-                (ErrorCode.not_coordinator if err == ErrorCode.not_leader_or_follower else err),
-                -1,
-                -1,
-            )
-        return ErrorCode.none, res.result, 0
-
-    # ---------------------------------------------------------------- topics
-
-    def valid_topic_name(self, name: str) -> bool:
-        return bool(_TOPIC_RE.match(name)) and name not in (".", "..")
-
-    async def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        configs: dict[str, str] | None = None,
-        replication_factor: int = -1,
-    ) -> CreateTopicResult:
-        """Create a topic through the log (leader only), with its configs (validated
-        here and again at apply: INVALID_CONFIG, nothing created, if one is bad).
-        replication_factor (-1: the default) matters with partition groups only: one
-        group holds every replica otherwise."""
-        if not self.valid_topic_name(name):
-            return CreateTopicResult(ErrorCode.invalid_topic_exception, None)
-        if not 1 <= partitions <= self.options.max_create_partitions:
-            return CreateTopicResult(ErrorCode.invalid_partitions, None)
-        if not self.node.is_leader():
-            return CreateTopicResult(ErrorCode.not_controller, None)
-        if self.routing is not None:
-            return await self.routing.create_topic(name, partitions, configs, replication_factor)
-        if configs:
-            try:
-                configs = validate_all(configs)
-            except TopicConfigError:
-                return CreateTopicResult(ErrorCode.invalid_config, None)
-            data = topic_state.encode_create(name, partitions, uuid.uuid4(), configs)
-        else:
-            data = cmd.encode_create_topic(name, partitions, uuid.uuid4())
-        try:
-            res = await self.node.apply(data, timeout=self.options.produce_timeout_s)
-        except Exception as exc:
-            err = _error_of(exc)
-            return CreateTopicResult(
-                ErrorCode.not_controller if err == ErrorCode.not_leader_or_follower else err, None
-            )
-        return res.result
-
-    async def ensure_topic(self, name: str) -> tuple[ErrorCode, TopicInfo | None]:
-        """The topic, auto-creating it if allowed -> (error, info).
-
-        Errors: UNKNOWN_TOPIC_OR_PARTITION (auto-create off), INVALID_TOPIC_EXCEPTION,
-        LEADER_NOT_AVAILABLE (creation must happen on the leader; the client retries).
-        """
-        info = self.fsm.topic(name)
-        if info is not None:
-            return ErrorCode.none, info
-        if not self.fsm.auto_create_topics:
-            return ErrorCode.unknown_topic_or_partition, None
-        if not self.valid_topic_name(name):
-            return ErrorCode.invalid_topic_exception, None
-        if not self.node.is_leader():
-            return ErrorCode.leader_not_available, None
-        fut = self._creating.get(name)
-        if fut is None:
-            fut = asyncio.ensure_future(self.create_topic(name, self.fsm.default_partitions))
-            self._creating[name] = fut
-            fut.add_done_callback(lambda _f: self._creating.pop(name, None))
-        res: CreateTopicResult = await asyncio.shield(fut)
-        if res.topic is not None:
-            return ErrorCode.none, res.topic
-        return (
-            ErrorCode.leader_not_available
-            if res.error in (ErrorCode.not_controller, ErrorCode.not_leader_or_follower)
-            else res.error
-        ), None
-
-    # ---------------------------------------------------------- topic configs
-
-    @property
-    def topic_defaults(self) -> TopicDefaults:
-        """This node's broker-level defaults of every topic config."""
-        return self.fsm.topic_configs.defaults
-
-    def topic_configs(self, topic: str) -> dict[str, str] | None:
-        """The applied overrides of a topic (None: no such topic)."""
-        if self.fsm.topic(topic) is None:
-            return None
-        return self.fsm.topic_configs.overrides(topic)
-
-    async def alter_topic_configs(
-        self, topic: str, ops: list[tuple[int, str, str | None]], replace: bool
-    ) -> tuple[ErrorCode, str | None]:
-        """AlterConfigs (replace=True) / IncrementalAlterConfigs through the log, on the
-        controller (the Raft leader; NOT_CONTROLLER elsewhere) -> (error, message)."""
-        if not self.node.is_leader():
-            return ErrorCode.not_controller, "not the controller (Raft leader)"
-        try:  # the same check apply makes, for an answer without a log entry
-            topic_state.apply_ops(self.fsm.topic_configs.overrides(topic), ops, replace)
-        except TopicConfigError as exc:
-            return ErrorCode.invalid_config, str(exc)
-        data = topic_state.encode_alter(topic, ops, replace)
-        try:
-            res = await self.node.apply(data, timeout=self.options.produce_timeout_s)
-        except Exception as exc:
-            err = _error_of(exc)
-            err = ErrorCode.not_controller if err == ErrorCode.not_leader_or_follower else err
-            return err, None
-        return res.result
-
-    # --------------------------------------------------------- client quotas
-
-    def quota_status(self) -> dict[str, Any]:
-        """For `raftsink status`: how many entities have quotas configured, and the
-        clients this node has throttled (quota key, client label -> ms, since start)."""
-        throttled = {
-            f"{key}:{label}": ms
-            for (key, label), ms in sorted(self.quotas.throttled_ms_by_client().items())
-            if ms > 0
-        }
-        return {"entities": len(self.fsm.quotas.quotas), "throttled_ms": throttled}
-
-    def client_quotas(self) -> QuotaTable:
-        """The applied client quota configuration (this node's view)."""
-        return self.fsm.quotas
-
-    async def alter_client_quotas(self, alterations: list[Alteration]) -> ErrorCode:
-        """Validated quota changes through the log (the controller, i.e. the leader,
-        only: NOT_CONTROLLER elsewhere, as CreateTopics)."""
-        if not self.node.is_leader():
-            return ErrorCode.not_controller
-        data = quota_command.encode_alter_quotas(alterations)
-        try:
-            res = await self.node.apply(data, timeout=self.options.produce_timeout_s)
-        except Exception as exc:
-            err = _error_of(exc)
-            return ErrorCode.not_controller if err == ErrorCode.not_leader_or_follower else err
-        return res.result

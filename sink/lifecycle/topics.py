@@ -22,7 +22,7 @@ from sink.state.topic_admin import CreatePartitionsResult, DeleteRecordsResult
 
 Propose = Callable[[bytes], Awaitable[Any]]
 """Propose a command through the log and await its applied result; raises the
-runtime's errors (sink.service._error_of maps them)."""
+runtime's errors (sink.service_errors._error_of maps them)."""
 
 
 class DeleteOutcome(NamedTuple):

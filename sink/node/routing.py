@@ -37,7 +37,8 @@ from sink.node import grow_topic, settle
 from sink.node.data_groups import DataGroups, HostedGroup
 from sink.node.leaders import LeaderPoller, LeadersTable
 from sink.placement import PlacementError, Topology, count_load, place_partitions
-from sink.service import SinkService, _done, _error_of
+from sink.service import SinkService, _done
+from sink.service_errors import _error_of
 from sink.state import CreateTopicResult, ProduceResult
 from sink.state import data_commands as dcmd
 from sink.state.placement_table import encode_add_partitions, encode_place_topic
