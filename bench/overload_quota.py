@@ -41,6 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from bench.common import percentile  # noqa: E402
 from sink.kafka.admin import alter_client_quotas  # noqa: E402
 from sink.process_cluster import SinkProcessCluster  # noqa: E402
 
@@ -48,14 +49,6 @@ STEADY_TOPIC = "steady"
 NOISY_TOPIC = "noisy"
 _TICK_S = 0.02
 _SKIP_S = 0.5
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-quantile (0..1) by nearest rank; 0.0 for no values."""
-    if not values:
-        return 0.0
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
 def proc_cpu_s(pid: int) -> float:
