@@ -1,12 +1,14 @@
 """raftlog's classes split into parts, checked as tests/unit/sink/test_class_parts.py
-checks SinkNode's: RaftHost (raftlog.runtime.host), SimCluster (raftlog.sim.cluster)
-and RawNode (raftlog.core.node_state) are each one class in several modules, one part
-each. The parts hold no state of their own (no __init__; besides methods and
-properties only immutable constants such as SimCluster.LOSS_KINDS), no name is
-defined by two of them (the MRO would silently pick one), and every attribute a part
-uses is a method, property or constant of the class or a field its __init__ sets, so
-a field renamed in one place and not another fails here rather than on the first
-host start, liveness wake or simulated storage loss that takes that path.
+checks SinkNode's: RaftHost (raftlog.runtime.host), RaftGroup (raftlog.runtime.group),
+SimCluster (raftlog.sim.cluster) and RawNode (raftlog.core.node_state) are each one
+class in several modules, one part each. The parts hold no state of their own (no
+__init__; besides methods and properties only immutable constants such as
+SimCluster.LOSS_KINDS), no name is defined by two of them (the MRO would silently
+pick one), and every attribute a part uses is a method, property or constant of the
+class or a field its __init__ sets (RaftGroup: or its _open, which sets what needs
+the storage: core, queue, snapshots, identity), so a field renamed in one place and
+not another fails here rather than on the first host start, liveness wake or
+simulated storage loss that takes that path.
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ import textwrap
 import pytest
 
 from raftlog.core import election, follower, identity, leader, node_state, quiescence, reads
-from raftlog.runtime import host, host_beats, host_liveness, host_ticks
+from raftlog.runtime import (
+    group,
+    group_api,
+    group_apply,
+    group_inbound,
+    group_surface,
+    host,
+    host_beats,
+    host_liveness,
+    host_ticks,
+)
 from raftlog.sim import (
     cluster,
     cluster_beats,
@@ -29,6 +41,15 @@ from raftlog.sim import (
 
 CLASSES: list[tuple[type, tuple[type, ...]]] = [
     (host.RaftHost, (host_beats.HostBeats, host_liveness.HostLiveness, host_ticks.HostTicks)),
+    (
+        group.RaftGroup,
+        (
+            group_inbound.GroupInbound,
+            group_apply.GroupApply,
+            group_api.GroupClientMixin,
+            group_surface.GroupReadSurface,
+        ),
+    ),
     (
         cluster.SimCluster,
         (
@@ -52,6 +73,9 @@ CLASSES: list[tuple[type, tuple[type, ...]]] = [
 ]
 IDS = [cls.__name__ for cls, _parts in CLASSES]
 
+FIELD_SETTERS: dict[type, tuple[str, ...]] = {group.RaftGroup: ("__init__", "_open")}
+"""The methods that set a class's fields (default: __init__ alone)."""
+
 CONSTANT_TYPES = (int, float, str, bytes, tuple, frozenset)
 """What a part may define besides methods and properties: immutable values, not state."""
 
@@ -70,8 +94,16 @@ def _self_attributes(tree: ast.AST) -> set[str]:
 
 
 def _fields(cls: type) -> set[str]:
-    """The fields cls.__init__ assigns."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
+    """The fields cls.__init__ (or its FIELD_SETTERS) assigns."""
+    out: set[str] = set()
+    for setter in FIELD_SETTERS.get(cls, ("__init__",)):
+        out |= _assigned(getattr(cls, setter))
+    return out
+
+
+def _assigned(method: object) -> set[str]:
+    """Every `self.NAME` method assigns."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
     out: set[str] = set()
     for n in ast.walk(tree):
         targets = (
@@ -123,10 +155,11 @@ def test_every_attribute_a_part_uses_is_a_method_or_a_field(cls, parts):
 
 def test_the_moved_names_are_still_importable_where_they_were():
     """What tests, bench/ and chaos/ import from the split modules stays put."""
-    from raftlog.runtime import HostStats, RaftHost
+    from raftlog.runtime import HostStats, NodeStats, RaftGroup, RaftHost
     from raftlog.sim.cluster import TICK, SimHost, SimNode, SimParams, placement
 
     assert RaftHost is host.RaftHost and HostStats is host.HostStats
+    assert RaftGroup is group.RaftGroup and NodeStats is group.NodeStats
     assert (TICK, SimParams, SimHost, SimNode, placement) == (
         cluster.TICK,
         cluster.SimParams,
