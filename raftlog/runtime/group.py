@@ -19,10 +19,18 @@ Nothing here blocks the event loop on the disk or on the quorum: proposal
 futures are parked by index (DLedger's lesson) and completed by the apply loop,
 failed when leadership is lost (outcome unknown) or on timeout.
 
-Beside it: group_api.py (the client API, a mixin), group_surface.py (what
-applications read: term, commit index, committed entries, status; a mixin), group_storage.py (opening and
-recovering the group's storage, _open's first part) and compaction.py (snapshots
-taken and stored, the log cut behind them).
+RaftGroup is one class in five modules, one part each; the parts hold no state of
+their own (every field is set in RaftGroup.__init__, or in _open for what needs the
+storage: core, queue, snapshots, identity): what the host calls in (group_inbound.py:
+received messages and the light Readies handled inline, ticks, quiescence,
+housekeeping), the apply side (group_apply.py: the apply loop and the snapshots
+taken behind it), the client API (group_api.py) and what applications read
+(group_surface.py: term, commit index, committed entries, status). This module keeps
+the fields, _open, the raft and persist loops (the Ready pipeline), the state
+changes and stop.
+
+Beside it: group_storage.py (opening and recovering the group's storage, _open's
+first part) and compaction.py (snapshots taken and stored, the log cut behind them).
 """
 
 from __future__ import annotations
@@ -30,31 +38,31 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import inspect
 import logging
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from raftlog import core
 from raftlog.core import Ready, Role
 from raftlog.core.log_reader import Snapshot
-from raftlog.entry import EntryType, HardState, LogEntry
+from raftlog.entry import HardState, LogEntry
 from raftlog.runtime.compaction import Compaction
 from raftlog.runtime.errors import (
     LeaderChangedError,
     NodeStoppedError,
-    ProposalTimeoutError,
 )
 from raftlog.runtime.group_api import GroupClientMixin, Waiter
+from raftlog.runtime.group_apply import GroupApply
+from raftlog.runtime.group_inbound import GroupInbound
 from raftlog.runtime.group_storage import GroupStorage
 from raftlog.runtime.group_surface import GroupReadSurface
 from raftlog.runtime.log_adapter import QueueLogReader
 from raftlog.runtime.options import NodeOptions
-from raftlog.runtime.state_machine import ApplyResult, StateMachine
+from raftlog.runtime.state_machine import StateMachine
 from raftlog.storage import DiskQueue
 from raftlog.storage.identity import GroupIdentity
 
@@ -79,7 +87,7 @@ class NodeStats:
     """Times the host's node liveness woke this group out of quiescence."""
 
 
-class RaftGroup(GroupClientMixin, GroupReadSurface):
+class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
     """This process's replica of one Raft group, hosted by a RaftHost.
 
     Create it with RaftHost.add_group (or RaftNode, a host with one group).
@@ -237,91 +245,7 @@ class RaftGroup(GroupClientMixin, GroupReadSurface):
                 f"node {self.id} is stopped" + (f": {self._fatal!r}" if self._fatal else "")
             )
 
-    # ----------------------------------------------------------- inbound
-
-    def _on_messages(self, msgs: list) -> None:
-        if self._stopped:
-            return
-        for m in msgs:
-            self.core.step(m)
-        self._sync_quiesced()
-        if not self._ready_inline():
-            self._wake.set()
-
-    def _ready_inline(self) -> bool:
-        """Handle the core's Readies here, in the caller (a received batch, a tick),
-        while each is light (RawNode.ready_is_light: no disk write, no role change)
-        and nothing is ahead of it: no Ready in the raft loop's hands or in the
-        persist pipeline, no parked commits, no queued proposals. False: the raft
-        loop must take the rest (it is woken).
-
-        Why: a heartbeat and its answer took four task switches (the raft loop, the
-        persist loop, the raft loop again, the apply loop) per group; with many
-        groups per host those were most of the CPU of a tick. Order is kept: with
-        nothing ahead, the persist loop would have sent this Ready's messages and
-        released its commits at once (no write to wait for), exactly as here."""
-        if self._pipeline or self._in_ready or self._proposals or self._parked_commits:
-            return False
-        if self._fatal is not None:
-            return True
-        core_ = self.core
-        try:
-            while core_.has_ready():
-                if not core_.ready_is_light():
-                    return False
-                rd = core_.ready()
-                self.stats.readies += 1
-                self.stats.inline_readies += 1
-                if rd.early_messages:
-                    self.host.send(rd.early_messages)
-                if rd.hard_state is not None:
-                    self._last_hs = rd.hard_state  # commit only: saved by housekeeping
-                if rd.committed_entries:
-                    self._release_committed(rd.committed_entries)
-                if rd.messages:
-                    self.host.send(rd.messages)
-                if rd.hard_state is not None:
-                    core_.on_hard_state_persisted(rd.hard_state)
-                for rs in rd.read_states:
-                    w = self._reads.pop(rs.context, None)
-                    if w is not None and not w.future.done():
-                        w.future.set_result(rs.index)
-        except Exception as exc:  # a bug: stop loudly, as the raft loop would
-            self._fail(exc)
-        return True
-
-    # ---------------------------------------------------------- quiescence
-
-    def _sync_quiesced(self) -> None:
-        """Tell the host when the core entered or left quiescence (the host
-        ticks only groups that are not quiesced). Called after every core call
-        that can change it: step, tick, propose, read, transfer, membership."""
-        q = self.core.quiesced
-        if q is not self.quiesced:
-            self.quiesced = q
-            self.host._on_quiesce_change(self)
-
-    def _wake_quiesced(self, campaign: bool) -> None:
-        """The host's node liveness: leave quiescence (and, campaign, forget the
-        silent leader's lease; see RawNode.wake)."""
-        if self._stopped or self._fatal is not None:
-            return
-        self.core.wake(campaign)
-        self.stats.quiesce_wakes += 1
-        self._sync_quiesced()
-        if self.core.has_ready():
-            self._wake.set()
-
     # ---------------------------------------------------------------- loops
-
-    def _tick(self) -> None:
-        """One tick of the core (the host's tick loop calls it for every group
-        that is not quiesced)."""
-        c = self.core
-        c.tick()
-        self._sync_quiesced()
-        if c.has_ready() and not self._ready_inline():
-            self._wake.set()
 
     async def _raft_loop(self) -> None:
         try:
@@ -431,147 +355,6 @@ class RaftGroup(GroupClientMixin, GroupReadSurface):
                 self._wake.set()
         except Exception as exc:
             self._fail(exc)
-
-    async def _apply_loop(self) -> None:
-        try:
-            while True:
-                item = await self._apply_q.get()
-                if isinstance(item, Snapshot):
-                    self.fsm.on_snapshot_load(item.data)
-                    self.applied = self._compaction.last_index = item.meta.index
-                    self.queue.set_applied(self.applied)
-                    continue
-                entries: list[LogEntry] = list(item)
-                while not self._apply_q.empty():  # coalesce queued batches
-                    nxt = self._apply_q.get_nowait()
-                    if isinstance(nxt, Snapshot):
-                        await self._apply_entries(entries)
-                        entries = []
-                        self.fsm.on_snapshot_load(nxt.data)
-                        self.applied = self._compaction.last_index = nxt.meta.index
-                        self.queue.set_applied(self.applied)
-                        continue
-                    entries.extend(nxt)
-                if entries:
-                    await self._apply_entries(entries)
-                self._maybe_snapshot()
-        except Exception as exc:
-            self._fail(exc)
-
-    async def _apply_entries(self, entries: list[LogEntry]) -> None:
-        data = [e for e in entries if e.type is EntryType.DATA]
-        results: Sequence[Any] = ()
-        if data:
-            out = self.fsm.on_apply(data)
-            results = await out if inspect.isawaitable(out) else out
-            if len(results) != len(data):
-                raise RuntimeError(
-                    f"on_apply returned {len(results)} results for {len(data)} entries"
-                )
-        self.stats.apply_batches += 1
-        self.stats.applied_entries += len(data)
-        waiters = self._waiters
-        if waiters:
-            for e, r in zip(data, results, strict=False):
-                w = waiters.pop(e.index, None)
-                if w is None:
-                    continue
-                self._pending_count -= 1
-                if w.future.done():
-                    continue
-                if w.term == e.term:
-                    w.future.set_result(ApplyResult(e.index, e.term, r))
-                else:
-                    w.future.set_exception(
-                        LeaderChangedError(f"entry {e.index} was replaced by a later leader")
-                    )
-            for e in entries:
-                if e.type is not EntryType.DATA:
-                    w = waiters.pop(e.index, None)
-                    if w is None:
-                        continue
-                    self._pending_count -= 1
-                    if w.future.done():
-                        continue
-                    if w.term == e.term:  # a membership change we proposed
-                        w.future.set_result(ApplyResult(e.index, e.term, None))
-                    else:
-                        w.future.set_exception(
-                            LeaderChangedError(f"entry {e.index} was replaced by a later leader")
-                        )
-        self.applied = entries[-1].index
-        self.queue.set_applied(self.applied)
-        for e in entries:
-            if (
-                e.type is EntryType.NOOP
-                and self.role is Role.LEADER
-                and e.term == self.core.term
-                and self._leader_started_term != e.term
-            ):
-                self._leader_started_term = e.term
-                self.fsm.on_leader_start(e.term)
-        if self._applied_waiters:
-            keep = []
-            for index, fut in self._applied_waiters:
-                if index <= self.applied:
-                    if not fut.done():
-                        fut.set_result(None)
-                else:
-                    keep.append((index, fut))
-            self._applied_waiters = keep
-
-    def _maybe_snapshot(self) -> None:
-        if self._compaction.due(self.applied):
-            self._take_snapshot()
-
-    def snapshot_now(self) -> bool:
-        """Snapshot the applied state now, whatever snapshot_every_entries says, so the
-        log prefix can be given back at once (the sink calls it when the disk guard
-        refuses writes). False when there is nothing new to cover or the applied
-        entries are not durable here yet (the next apply's _maybe_snapshot retries)."""
-        if self.applied <= self._compaction.last_index:
-            return False
-        return self._take_snapshot()
-
-    def _take_snapshot(self) -> bool:
-        snap = self._compaction.take(self.core, self.fsm, self.applied)
-        if snap is None:
-            return False
-        self.stats.snapshots_taken += 1
-        self._tasks.append(asyncio.create_task(self._store_snapshot(snap)))
-        return True
-
-    async def _store_snapshot(self, snap: Snapshot) -> None:
-        """Store a snapshot and cut the log behind it (Compaction.store); a failure
-        stops the group."""
-        try:
-            await self._compaction.store(snap, self.snapshots, self.queue)
-        except Exception as exc:
-            self._fail(exc)
-
-    def _housekeep(self, now: float) -> None:
-        """Proposal/read timeouts and the commit checkpoint (the host's
-        housekeeping loop calls it for every group, every period)."""
-        for table in (self._waiters, self._reads):
-            if not table:
-                continue
-            expired = [k for k, w in table.items() if w.deadline <= now]
-            if table is self._waiters:
-                self._pending_count -= len(expired)
-            for k in expired:
-                w = table.pop(k)
-                if not w.future.done():
-                    w.future.set_exception(
-                        ProposalTimeoutError("no commit within the timeout; outcome unknown")
-                    )
-        if now - self._last_checkpoint >= self.options.commit_checkpoint_s:
-            self._last_checkpoint = now
-            hs = self._last_hs
-            if hs.commit != self._saved_hs.commit and hs.term == self._saved_hs.term:
-                self._saved_hs = hs
-                # Only a restart optimisation: written in order with the
-                # appends (so never ahead of them) but not fsynced.
-                self.queue.save_hard_state(hs, durable=False)
 
     # ------------------------------------------------------- state changes
 

@@ -39,6 +39,15 @@ Invariants:
   which only delays their elections. A fresh group's replicas other than its
   preferred first candidate (voters[gid mod n]) wait T ticks more, so 1,000
   new groups mostly elect without competing candidates.
+
+RaftHost is one class in four modules, one part each; the parts hold no state
+of their own (every field is set in RaftHost.__init__): the coalesced beats out
+and in (host_beats.py: send, the flush, the receiving side), quiescence and
+node liveness (host_liveness.py: which groups tick, node beats, peers declared
+down or restarted and the wakes they cause) and the loops (host_ticks.py: the
+tick loop with its election rate limit and first-election stagger, and
+housekeeping). This module keeps the fields, start/stop, adding and removing
+groups, the storage of the data directory and status().
 """
 
 from __future__ import annotations
@@ -50,28 +59,21 @@ import logging
 import os
 import random
 import shutil
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raftlog.core import Role
-from raftlog.core.liveness import NodeLiveness, liveness_wakes
-from raftlog.core.messages import Message, MsgType
+from raftlog.core.liveness import NodeLiveness
+from raftlog.core.messages import Message
 from raftlog.runtime.group import RaftGroup
+from raftlog.runtime.host_beats import HostBeats
+from raftlog.runtime.host_liveness import HostLiveness
+from raftlog.runtime.host_ticks import HostTicks
 from raftlog.runtime.options import HostOptions, NodeOptions
 from raftlog.runtime.state_machine import StateMachine
 from raftlog.storage import DiskWriter, LogEnvironment, LogStore, StorageOptions
 from raftlog.storage.identity import IdentityError, IdentityFile
-from raftlog.transport.beats import (
-    COALESCED_KINDS,
-    HOST_GROUP_ID,
-    Beats,
-    BeatsResponse,
-    coalesce,
-    coalescible,
-    expand,
-)
+from raftlog.transport.beats import HOST_GROUP_ID
 
 log = logging.getLogger("raftlog.runtime")
 
@@ -104,15 +106,7 @@ class HostStats:
     """Group ticks held back because campaigns_per_tick groups campaigned already."""
 
 
-_STALL_DRAIN_ROUNDS = 4
-"""Loop rounds run after a stall before leaders replay its ticks (see _ticker)."""
-
-_PEER_REFRESH_TICKS = 32
-"""How often the set of peers owed node beats is recomputed from the groups'
-peers (membership changes add peers without telling the host)."""
-
-
-class RaftHost:
+class RaftHost(HostBeats, HostLiveness, HostTicks):
     """One per process: hosts Raft groups over one transport and one disk writer.
 
     data_dir: the LogEnvironment root (None: every group brings its own
@@ -250,30 +244,6 @@ class RaftHost:
             self._ticking[gid] = group
         self._add_beat_peers(group)
 
-    def _stagger_first_election(self, group: RaftGroup) -> None:
-        """A fresh group (term 0) elects first on its preferred replica,
-        voters[gid mod n] sorted, in the next free slot of campaigns_per_tick
-        first elections per tick on this host; the other replicas wait 3T ticks
-        beyond that slot (they campaign only if the preferred one could not).
-        1,000 groups started together then elect a few per tick without
-        competing candidates, each quiesces soon after, and only a few dozen are
-        awake (heartbeating every tick) at any time: no storm of split votes on
-        a starved box. Their leaders spread over the nodes."""
-        if not self.quiescence_on:
-            return
-        c = group.core
-        voters = sorted(c.membership.voters)
-        if c.term != 0 or len(voters) < 2 or self.node_id not in voters:
-            return
-        now = self.stats.ticks
-        rate = self.options.campaigns_per_tick or 1_000_000
-        self._first_slot = max(self._first_slot, float(now)) + 1.0 / rate
-        delay = int(self._first_slot - now)
-        t = group.options.election_ticks
-        if voters[group.group_id % len(voters)] != self.node_id:
-            delay += 3 * t
-        c.postpone_election(delay)
-
     async def remove_group(self, group_id: int, delete: bool = False) -> None:
         """Stop a group; with delete, also remove its storage (groups/<id>/ and
         its index keys), so the id starts empty if it is ever added again."""
@@ -342,283 +312,6 @@ class RaftHost:
             return []
         root = os.path.join(self.data_dir, "groups")
         return sorted(int(n) for n in os.listdir(root) if n.isdigit())
-
-    # ------------------------------------------------------------ sending
-
-    def send(self, msgs: Iterable[Message]) -> None:
-        """Send a group's messages; heartbeats wait for this loop iteration's flush."""
-        if not self.options.coalesce_heartbeats:
-            self.transport.send(msgs)
-            return
-        other: list[Message] = []
-        out = self._out
-        n = len(out)
-        defer = self.options.defer_beat_answers
-        k = self.options.beat_ticks
-        # Off a beat tick, context-less beats wait for the next one (k > 1 only: with
-        # k == 1 every tick is a beat tick).
-        hold = k > 1 and self.stats.ticks % k != 0
-        for m in msgs:
-            if coalescible(m):
-                if m.context:
-                    out.append(m)  # confirms a read: leaves in this iteration's flush
-                elif defer and m.type is MsgType.HEARTBEAT_RESP:
-                    self._answers.append(m)  # leaves with the next beat tick's beats
-                elif hold:
-                    self._held.append(m)
-                else:
-                    out.append(m)  # merged per peer at the flush, with every other group's
-            else:
-                other.append(m)
-        if other:
-            self.transport.send(other)
-        if len(out) > n and not self._flush_scheduled:
-            # The groups' raft loops woken together run one after another in this
-            # loop iteration; the flush runs after them.
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        out, self._out = self._out, []
-        if out:
-            # send() holds only coalescible messages here, so nothing comes back alone.
-            coalesced, _ = coalesce(out, self.node_id, self.nonce)
-            st = self.stats
-            st.beats_messages_sent += len(coalesced)
-            st.beat_rows_sent += len(out)
-            beaten = self._beaten
-            for m in coalesced:
-                beaten.add(m.dst)  # stands in for this tick's node beat to m.dst
-            self.transport.send(coalesced)
-        if self._node_beats_due:
-            # After the tick's beats (inline Readies made theirs before this flush
-            # ran): only peers that got none are owed a node beat.
-            self._node_beats_due = False
-            self._send_node_beats()
-
-    # ---------------------------------------------------------- receiving
-
-    def _on_coalesced(self, msgs: list[Message]) -> None:
-        groups = self.groups
-        st = self.stats
-        for m in msgs:
-            if m.type not in COALESCED_KINDS:
-                continue  # only coalesced kinds travel under HOST_GROUP_ID
-            self._heard_from(m)  # type: ignore[arg-type]
-            per_group: dict[int, list[Message]] = {}
-            for hb in expand(m):
-                st.beat_rows_received += 1
-                g = groups.get(hb.group_id)
-                # A group still opening (no core yet) or stopping counts as absent,
-                # exactly as the transport treats a group not yet registered.
-                if g is None or not g._started or g._stopped:
-                    st.unknown_group_beats += 1
-                    continue
-                per_group.setdefault(hb.group_id, []).append(hb)
-            for gid, run in per_group.items():
-                groups[gid]._on_messages(run)
-
-    # -------------------------------------------------------------- loops
-
-    async def _ticker(self) -> None:
-        interval = self.options.tick_ms / 1000
-        loop = asyncio.get_running_loop()
-        next_at = loop.time()
-        while True:
-            next_at += interval
-            await asyncio.sleep(max(0.0, next_at - loop.time()))
-            behind = loop.time() - next_at
-            skipped = 0
-            if behind > interval:
-                # The loop stalled (CPU starvation, a long GC). Followers do not
-                # replay the missed ticks: replayed back to back they would expire
-                # every follower's election timer before it reads the leader's beats
-                # waiting in its sockets (a storm of elections across all groups);
-                # a follower's slower timer only delays an election (and keeps its
-                # vote lease longer, the conservative side). Leaders DO replay them,
-                # so CheckQuorum still deposes a cut-off leader within an election
-                # timeout of wall time (what "a deposed leader cannot serve stale
-                # reads" relies on).
-                skipped = int(behind / interval)
-                self.stats.ticks_skipped += skipped
-                next_at += skipped * interval
-                # Before leaders replay the missed ticks (CheckQuorum among them), let
-                # the loop run what arrived during the stall: the answers waiting there
-                # were received in the stalled wall time, and judging without them
-                # deposed every awake leader of a starved process at each long stall
-                # (at 1,000 groups: an election storm that never settled). A few
-                # rounds: transport callbacks first, then the tasks they wake.
-                for _ in range(_STALL_DRAIN_ROUNDS):
-                    await asyncio.sleep(0)
-            self.stats.ticks += 1
-            if self.stats.ticks % self.options.beat_ticks == 0 and (self._answers or self._held):
-                # A beat tick: the deferred answers (defer_beat_answers) and the held
-                # beats leave together with the beats this tick makes.
-                self._out.extend(self._held)
-                self._out.extend(self._answers)
-                self._held = []
-                self._answers = []
-                if not self._flush_scheduled:
-                    self._flush_scheduled = True
-                    self._loop.call_soon(self._flush)
-            if self.quiescence_on:
-                self._node_beats()
-            self._tick_groups(skipped)
-
-    def _tick_groups(self, skipped: int) -> None:
-        """Tick every group that is not quiesced; at most campaigns_per_tick of
-        them may start a campaign (the rest wait: their turn comes first next
-        tick, as the scan starts after the last group ticked)."""
-        budget = self.options.campaigns_per_tick or -1
-        groups = list(self._ticking.values())
-        if not groups:
-            return
-        start = self._tick_from % len(groups)
-        deferred = 0
-        for k in range(len(groups)):
-            g = groups[(start + k) % len(groups)]
-            if not g._started or g._stopped or g._fatal is not None:
-                continue
-            if budget >= 0 and g.core.campaign_due():
-                if budget == 0:
-                    if not deferred:
-                        self._tick_from = start + k  # the first one held back goes first
-                    deferred += 1
-                    continue
-                budget -= 1
-            if skipped and g.role is Role.LEADER:
-                for _ in range(min(skipped, 2 * g.options.election_ticks)):
-                    g.core.tick()
-            g._tick()
-        self.stats.campaigns_deferred += deferred
-
-    # --------------------------------------------------- quiescence, liveness
-
-    def _on_quiesce_change(self, group: RaftGroup) -> None:
-        """A group's core entered or left quiescence (RaftGroup._sync_quiesced)."""
-        gid = group.group_id
-        if self.groups.get(gid) is not group:
-            return  # not (or no longer) hosted
-        if group.quiesced:
-            self._ticking.pop(gid, None)
-            self._quiet[gid] = group
-            if self._liveness is not None and self._liveness.down:
-                for g, _ in liveness_wakes(
-                    self.node_id, [(group, group.core)], self._liveness.down, set()
-                ):
-                    self._liveness_wake(g, campaign=False)
-        else:
-            self._quiet.pop(gid, None)
-            self._ticking[gid] = group
-
-    def _refresh_peers(self) -> None:
-        """The peers owed node beats: every other member any hosted group knows
-        (O(groups): on removal and every _PEER_REFRESH_TICKS ticks only)."""
-        peers = {p for g in self.groups.values() for p in g.peers if p != self.node_id}
-        self._beat_peers = peers
-        if self.groups:
-            self._election_ticks = min(g.options.election_ticks for g in self.groups.values())
-        if self._liveness is not None:
-            self._liveness.set_peers(peers)
-
-    def _add_beat_peers(self, group: RaftGroup) -> None:
-        """A group was added: its peers are owed node beats from now (O(its peers),
-        so opening 1,000 groups stays linear)."""
-        t = group.options.election_ticks
-        self._election_ticks = min(self._election_ticks, t) if self._election_ticks else t
-        new = {p for p in group.peers if p != self.node_id} - self._beat_peers
-        self._beat_peers |= new
-        if self._liveness is None:
-            # S = liveness_silence_ms in ticks, never below T (the smallest election
-            # timeout of the groups hosted when the first one is added)
-            s = max(t, -(-self.options.liveness_silence_ms // self.options.tick_ms))
-            self._liveness = NodeLiveness(self._rng, s, self.options.liveness_broken_ticks or t)
-        self._liveness.add_peers(new)
-
-    def _on_unreachable(self, peer: int) -> None:
-        """The transport lost (or could not open) its stream to peer. Evidence
-        only while the stream stays down: an overflow on a live stream is not."""
-        if self._liveness is not None and not self._peer_connected(peer):  # type: ignore[misc]
-            self._liveness.broken(peer)
-
-    def _send_node_beats(self) -> None:
-        owed = [p for p in self._beat_peers if p not in self._beaten]
-        self._beaten = set()
-        if not owed:
-            return
-        self.stats.node_beats_sent += len(owed)
-        self.transport.send(
-            [
-                Beats(
-                    src=self.node_id,
-                    dst=p,
-                    term=0,
-                    group_id=HOST_GROUP_ID,
-                    rows=[],
-                    node_nonce=self.nonce,
-                )
-                for p in owed
-            ]
-        )
-
-    def _node_beats(self) -> None:
-        """Once per tick: on every node_beat_ticks-th beat tick, have the tick's flush
-        send a node beat to every peer that got no Beats since the previous node
-        beats; then check which peers fell silent."""
-        now = self.stats.ticks
-        if now % _PEER_REFRESH_TICKS == 0:
-            self._refresh_peers()
-        # Node beats go on beat ticks only (every node_beat_ticks-th), so with
-        # beat_ticks > 1 they never add a message between two beat rounds.
-        if now % (self.options.node_beat_ticks * self.options.beat_ticks) == 0:
-            self._node_beats_due = True
-            if not self._flush_scheduled:
-                self._flush_scheduled = True
-                self._loop.call_soon(self._flush)
-        lv = self._liveness
-        if lv is None:
-            return
-        broken = lv.seen_broken
-        down = lv.tick(self._peer_connected)
-        if down:
-            self.stats.peers_declared_down += len(down)
-            self.stats.peers_seen_broken += lv.seen_broken - broken
-            log.info("raft.node_silent node=%d peers=%s", self.node_id, down)
-            self._wake_for(set(down), set())
-
-    def _heard_from(self, m: Beats | BeatsResponse) -> None:
-        if self._liveness is not None and self._liveness.heard(m.src, m.node_nonce):
-            # A new process: every lease its replicas held is gone.
-            self.stats.peer_restarts_seen += 1
-            log.info("raft.node_restarted node=%d peer=%d", self.node_id, m.src)
-            self._wake_for({m.src}, {m.src})
-
-    def _wake_for(self, gone: set[int], restarted: set[int]) -> None:
-        """Peers' processes are gone (down or restarted): wake what
-        liveness_wakes says (followers of theirs campaign; leaders here without a
-        live quorum, or with a restarted member, resume heartbeats)."""
-        assert self._liveness is not None
-        quiet = [(g, g.core) for g in self._quiet.values()]
-        for g, campaign in liveness_wakes(
-            self.node_id, quiet, self._liveness.down, gone, restarted
-        ):
-            self._liveness_wake(g, campaign)
-
-    def _liveness_wake(self, group: RaftGroup, campaign: bool) -> None:
-        self.stats.liveness_wakes += 1
-        group._wake_quiesced(campaign=campaign)
-
-    async def _housekeeping(self) -> None:
-        while True:
-            await asyncio.sleep(self.options.housekeeping_s)
-            now = time.monotonic()
-            for g in list(self.groups.values()):
-                if g._started and not g._stopped and g._fatal is None:
-                    try:
-                        g._housekeep(now)
-                    except Exception as exc:  # a broken group stops alone
-                        g._fail(exc)
 
     def status(self) -> dict:
         """The host's counters and each group's role/term/commit."""

@@ -4,6 +4,8 @@
 `cluster.SimCluster` + `runner.run_seed`: seeded chaos with invariant checks
 after every event; with `SimParams.groups` > 1 many Raft groups share the nodes
 (faults per node, coalesced heartbeats, invariants per group; `group.SimGroup`).
+SimCluster's parts: `cluster_network`, `cluster_beats`, `cluster_lifecycle`,
+`cluster_storage_loss`; its data (TICK, SimParams, SimHost, placement): `params`.
 Replay: `python -m raftlog.sim --seed N [--steps K] [--groups G] [--verbose]`.
 """
 

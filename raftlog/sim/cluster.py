@@ -50,6 +50,15 @@ choice, as in the host. Heartbeats then travel coalesced even with one group.
 Invariants with one group, kept byte for byte: with `groups == 1` the random
 streams, the event order and the trace are those of the single-group simulator
 (nothing draws from the seed's random stream only because groups exist).
+
+SimCluster is one class in five modules, one part each; the parts hold no state
+of their own (every field is set in SimCluster.__init__): the network and its
+partition faults (cluster_network.py), the coalesced heartbeats and node
+liveness (cluster_beats.py), node starts, crashes and restarts
+(cluster_lifecycle.py) and storage loss (cluster_storage_loss.py). This module
+keeps the fields, the single-group view, the Readies and their disk rounds, and
+the event loop. TICK, SimParams, SimHost and placement live in params.py and are
+imported from here as before.
 """
 
 from __future__ import annotations
@@ -58,109 +67,23 @@ import heapq
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields
 from typing import Any
 
-from raftlog.core import AppendEntries, MemoryStorage, Message, RaftConfig, RawNode, Role
-from raftlog.core.liveness import NodeLiveness, liveness_wakes
-from raftlog.entry import EntryType, HardState
+from raftlog.core import Message, RaftConfig, Role
+from raftlog.core.liveness import liveness_wakes
+from raftlog.entry import EntryType
+from raftlog.sim.cluster_beats import SimBeats
+from raftlog.sim.cluster_lifecycle import SimLifecycle
+from raftlog.sim.cluster_network import SimNetwork
+from raftlog.sim.cluster_storage_loss import SimStorageLoss
 from raftlog.sim.group import SimGroup, SimNode
 from raftlog.sim.invariants import Checker
-from raftlog.transport.beats import (
-    COALESCED_KINDS,
-    HOST_GROUP_ID,
-    Beats,
-    BeatsResponse,
-    coalesce,
-    coalescible,
-    expand,
-    pack_rows,
-    unpack_rows,
-)
-
-TICK = 10
-"""Simulated time units per Raft tick."""
+from raftlog.sim.params import TICK, SimHost, SimParams, placement
+from raftlog.transport.beats import COALESCED_KINDS
 
 
-@dataclass
-class SimParams:
-    voters: int = 3
-    spares: int = 0
-    """Extra node ids that start outside the cluster (for membership changes)."""
-    election_tick: int = 10
-    heartbeat_tick: int = 2
-    pre_vote: bool = True
-    check_quorum: bool = True
-    max_msg_bytes: int = 256
-    max_inflight_msgs: int = 4
-    max_inflight_bytes: int = 1024
-    snapshot_chunk_bytes: int = 24
-    drop: float = 0.0
-    dup: float = 0.0
-    max_delay: int = 6
-    spike: float = 0.0
-    """Probability that a message is delayed by up to 20 ticks (reordering)."""
-    fsync_max: int = 4
-    crash_weight: int = 3
-    """Relative frequency of crashes among the chaos actions."""
-    leader_bias: float = 0.0
-    """Probability that a crash or partition targets the current leader."""
-    identity: bool = False
-    """Nodes run with incarnations (docs/raft-core.md, "Node identity")."""
-    storage_loss_weight: int = 0
-    """Relative frequency of storage-loss faults among the chaos actions."""
-    loss_kinds: tuple[str, ...] = ("all", "hard_state", "suffix", "middle")
-    """The storage-loss kinds chaos picks from (SimCluster.LOSS_KINDS). The default keeps
-    the seeds' random streams of before middle_and_vote; tests/sim/test_sim_storage_loss.py
-    adds it."""
-    groups: int = 1
-    """Raft groups (1: the single-group simulator, unchanged)."""
-    extra_nodes: int = 0
-    """With groups > 1: nodes beyond one group's voters + spares, so each node hosts
-    only the groups placed on it."""
-    misroute: float = 0.0
-    """With groups > 1: probability that a sent message also goes to a node that does
-    not host its group (or that a coalesced beat gains a row for such a group): I8."""
-    coalesce: bool = True
-    """With groups > 1: heartbeats travel coalesced per node pair (transport/beats.py)."""
-    quiesce_ticks: int = 0
-    """Quiescence and node liveness (0: off, and the seeds' streams are those of before)."""
-    silence_ticks: int = 30
-    """Node liveness: silence limit S in ticks (drawn in [S, 1.5 S]); a broken stream
-    counts after election_tick silent ticks."""
-    node_beat_ticks: int = 2
-
-
-@dataclass
-class SimHost:
-    """A simulated machine: up or down as a whole, with a replica of each group placed on it."""
-
-    id: int
-    incarnation: int = 0
-    """The node's storage incarnation, shared by all its groups (0: identity off)."""
-    up: bool = True
-    gen: int = 0
-    """Incremented on crash so stale tick/persist events are ignored."""
-    round_open: bool = False
-    """A disk round (one fsync for every group's pending Ready) is in flight."""
-    replicas: dict[int, SimNode] = field(default_factory=dict)
-    """gid -> this node's replica of that group, in gid order."""
-    peers: set[int] = field(default_factory=set)
-    """Nodes hosting a replica of a group this node hosts."""
-    nonce: int = 0
-    """Start nonce of the current process (quiescence only; new at every start)."""
-    liveness: NodeLiveness | None = None
-    beaten: set[int] = field(default_factory=set)
-    """Peers a Beats went to since the last node beats."""
-
-
-def placement(gid: int, hosts: int, size: int) -> list[int]:
-    """Node ids of group gid's replicas: `size` consecutive nodes from gid mod hosts
-    (round robin, so replicas and the first voter, a likely leader, spread)."""
-    return [(gid + k) % hosts + 1 for k in range(size)]
-
-
-class SimCluster:
+class SimCluster(SimNetwork, SimBeats, SimLifecycle, SimStorageLoss):
     def __init__(self, seed: int, params: SimParams, trace_len: int = 80) -> None:
         self.seed = seed
         self.p = params
@@ -288,216 +211,6 @@ class SimCluster:
         best = max(sorted(counts), key=lambda i: counts[i])
         return self.hosts[best]
 
-    # ------------------------------------------------------------ lifecycle
-    def _start(self, h: SimHost) -> None:
-        h.up = True
-        for sn in h.replicas.values():
-            st = sn.storage
-            snap = st.snapshot
-            if snap.data:
-                idx, dig = snap.data.split(b":", 1)
-                sn.applied, sn.digest = int(idx), bytes.fromhex(dig.decode())
-            else:
-                sn.applied, sn.digest = snap.meta.index, b""
-            cfg = replace(sn.cfg, applied=sn.applied)
-            sn.node = RawNode(cfg, st, random.Random(self.rng.random()), st.hard_state)
-            sn.pending = None
-        if self.quiesce:
-            # a new process: new nonce, liveness state from scratch
-            r = self._nonce_rng
-            h.nonce = r.randrange(1, 2**63)
-            h.liveness = NodeLiveness(
-                random.Random(r.random()), self.p.silence_ticks, self.p.election_tick
-            )
-            h.liveness.set_peers(h.peers)
-            h.beaten = set()
-        # first tick at a random phase so nodes' clocks are not aligned
-        self.schedule(self.now + self.rng.randrange(1, TICK + 1), "tick", (h.id, h.gen))
-
-    def crash(self, nid: int) -> None:
-        h = self.hosts[nid]
-        if not h.up:
-            return
-        unsynced = any(sn.pending is not None for sn in h.replicas.values())
-        self.log(f"CRASH {nid} (losing unsynced ready: {unsynced})")
-        h.up = False
-        h.gen += 1
-        if self.quiesce:
-            # the kernel resets a killed process's connections: every peer that can
-            # reach it sees its stream break (a partitioned one sees nothing)
-            for o in self.live():
-                if o.liveness is not None and self.connected(o.id, nid):
-                    o.liveness.broken(nid)
-        h.round_open = False  # the round in flight is lost: its Readies were never synced
-        self._out.pop(nid, None)  # coalesced beats not flushed yet die with the process
-        for gid, sn in h.replicas.items():
-            sn.node = None
-            sn.pending = None
-            self.gs[gid].check.on_crash(nid)
-
-    def restart(self, nid: int) -> None:
-        h = self.hosts[nid]
-        if h.up:
-            return
-        self._start(h)
-        if self.multi:
-            self.log(f"RESTART {nid}: {len(h.replicas)} groups")
-        else:
-            self.log(f"RESTART {nid}: {h.replicas[0].node}")
-        for gid, sn in h.replicas.items():
-            check = self.gs[gid].check
-            check.on_restart(nid, sn.node)  # type: ignore[arg-type]
-            if sn.applied:
-                check.on_digest(nid, sn.applied, sn.digest)
-
-    def _new_incarnation(self) -> int:
-        return self._inc_rng.randrange(1, 2**63)
-
-    LOSS_KINDS = ("all", "hard_state", "suffix", "middle", "middle_and_vote")
-    """What a node's storage loses. suffix/middle: the real storage's repair
-    (raftlog/storage/repair.py) keeps the intact prefix before a lost tail or a
-    damaged range, with the snapshot and the vote record; middle_and_vote: the same
-    with the index (hence the vote record and the commit checkpoint) lost too."""
-
-    def lose_storage(self, nid: int, kind: str) -> bool:
-        """Crash `nid` and damage its storage (`kind` in LOSS_KINDS) for every group
-        on it; it stays down until restarted. Returns False (and does nothing) when
-        some group could not vouch for its data: see `SimGroup.loss_allowed`."""
-        h = self.hosts[nid]
-        if not all(self.gs[gid].loss_allowed(nid) for gid in h.replicas):
-            return False
-        self.crash(nid)
-        for sn in h.replicas.values():
-            self._damage(sn, kind)
-        if self.p.identity:
-            h.incarnation = self._new_incarnation()
-            for sn in h.replicas.values():
-                sn.cfg = replace(sn.cfg, incarnation=h.incarnation)
-        self.losses += 1
-        for gid in h.replicas:
-            self.gs[gid].check.on_storage_loss(nid)
-        self.log(f"LOSE {kind} of {nid} (new incarnation {h.incarnation})")
-        return True
-
-    def _damage(self, sn: SimNode, kind: str) -> None:
-        st = sn.storage
-        if kind == "all":
-            sn.storage = MemoryStorage()
-        elif kind == "hard_state":
-            st.hard_state = HardState()
-        else:
-            lo, hi = st.first_index(), st.last_index()
-            if lo > hi:
-                sn.storage = MemoryStorage()  # only a snapshot: lose it all
-            else:
-                # suffix: entries from k on are gone; middle: a damaged range
-                # [k, k2] inside the log, of which only the prefix before k stays
-                # usable (the log must stay contiguous)
-                k = self.rng.randint(lo, hi)
-                del st._ents[k - lo :]
-                hs = st.hard_state
-                if kind == "middle_and_vote":
-                    # the vote record went with the index: the repaired node has no term,
-                    # no vote and no commit checkpoint (it may never vote on them)
-                    hs = HardState()
-                st.hard_state = HardState(hs.term, hs.vote, min(hs.commit, st.last_index()))
-        sn.applied, sn.digest = 0, b""
-
-    # ------------------------------------------------------------- network
-    def connected(self, a: int, b: int) -> bool:
-        if self.cut is None:
-            return True
-        return any(a in g and b in g for g in self.cut)
-
-    def send(self, m: Message) -> None:
-        if isinstance(m, AppendEntries) and m.entries:
-            grp = self.gs[m.group_id] if self.multi else self.gs[0]
-            grp.check.check_entries(f"append {m.src}->{m.dst}", m.entries, m.prev_term)
-        if self.coalesced and coalescible(m):
-            # held for this node's flush, which runs after the events of this instant
-            # (as the host's flush runs after the groups woken in one loop iteration)
-            out = self._out.setdefault(m.src, [])
-            if not out:
-                self.schedule(self.now, "flush", m.src)
-            out.append(m)
-            return
-        self._transmit(m)
-
-    def _transmit(self, m: Message) -> None:
-        """One network message: partition, drop, duplication and delay apply to it whole."""
-        p = self.p
-        if not self.connected(m.src, m.dst) or self.rng.random() < p.drop:
-            return
-        copies = 2 if self.rng.random() < p.dup else 1
-        for _ in range(copies):
-            delay = self.rng.randint(1, p.max_delay)
-            if self.rng.random() < p.spike:
-                delay += self.rng.randint(1, 20 * TICK)
-            self.schedule(self.now + delay, "msg", m)
-        if p.misroute and self.rng.random() < p.misroute:
-            self._misroute(m)
-
-    def _misroute(self, m: Message) -> None:
-        """I8 fault: a stale routing table. A Beats gains a row for a group its
-        destination does not host; any other message is also sent to a node that
-        does not host its group."""
-        if isinstance(m, Beats):
-            foreign = [g.gid for g in self.gs if m.dst not in g.nodes]
-            if foreign:
-                gid = self.rng.choice(foreign)
-                extra = replace(m, rows=[*m.rows, (gid, 1 + self.rng.randrange(9), 0, 0)])
-                self.misrouted += 1
-                self.schedule(self.now + self.rng.randint(1, self.p.max_delay), "msg", extra)
-            return
-        if m.type in COALESCED_KINDS:
-            return
-        others = sorted(set(self.hosts) - set(self.gs[m.group_id].nodes) - {m.src})
-        if others and self.connected(m.src, dst := self.rng.choice(others)):
-            self.misrouted += 1
-            self.schedule(
-                self.now + self.rng.randint(1, self.p.max_delay), "msg", replace(m, dst=dst)
-            )
-
-    def _flush(self, nid: int) -> None:
-        """Node nid's held heartbeats leave coalesced: one message per peer (and identity)."""
-        out = self._out.pop(nid, None)
-        if not out or not self.hosts[nid].up:
-            return
-        h = self.hosts[nid]
-        coalesced, other = coalesce(out, nid, h.nonce)
-        assert not other, "only beats are held for the flush"
-        if self.quiesce:
-            h.beaten.update(m.dst for m in coalesced)
-        self.beats_sent += len(coalesced)
-        self.beat_rows_sent += len(out)
-        for m in coalesced:
-            self._transmit(m)
-
-    def _deliver_beats(self, m: Beats | BeatsResponse) -> None:
-        """Unpack (wire codec) and expand a coalesced message; step each row into
-        its group's replica, dropping and counting rows for groups not hosted here."""
-        rows = unpack_rows(int(m.type), pack_rows(m), m.dst)
-        m = replace(m, rows=rows)  # type: ignore[arg-type]
-        self.trace.append(f"t={self.now} {m.src}->{m.dst} {type(m).__name__} rows={len(rows)}")
-        lv = self.hosts[m.dst].liveness
-        if lv is not None and lv.heard(m.src, m.node_nonce):
-            self.log(f"{m.dst} sees {m.src} restarted (new nonce)")
-            self._liveness_wake(self.hosts[m.dst], {m.src}, {m.src})
-        touched: dict[int, SimNode] = {}
-        for hb in expand(m):
-            sn = self._replica(hb.dst, hb.group_id)
-            if sn is None:
-                self.unknown_group_rows += 1
-                continue
-            sn.node.step(hb)  # type: ignore[union-attr]
-            touched[hb.group_id] = sn
-        for sn in touched.values():
-            self._after(sn)
-
-    def _replica(self, nid: int, gid: int) -> SimNode | None:
-        """Node nid's live replica of group gid, None if nid does not host gid (I8)."""
-        return self.hosts[nid].replicas.get(gid)
-
     # -------------------------------------------------------------- readies
     def _pump(self, sn: SimNode) -> None:
         """Take the replica's next Ready if none is being persisted; it joins its
@@ -530,40 +243,6 @@ class SimCluster:
                         node.wake()
             self._pump(sn)
             self.gs[sn.gid].check.check_node(sn.id, sn.node)
-
-    # ----------------------------------------------------------- liveness
-    def _liveness_tick(self, h: SimHost) -> None:
-        """The host's _node_beats: node beats every node_beat_ticks to the peers no
-        Beats went to, then the liveness clock; newly down peers wake groups."""
-        lv = h.liveness
-        assert lv is not None
-        if (lv.now + 1) % self.p.node_beat_ticks == 0:
-            for p in sorted(h.peers - h.beaten):
-                self._transmit(
-                    Beats(
-                        src=h.id,
-                        dst=p,
-                        term=0,
-                        group_id=HOST_GROUP_ID,
-                        rows=[],
-                        node_nonce=h.nonce,
-                    )
-                )
-            h.beaten = set()
-        down = lv.tick(lambda p: self.hosts[p].up and self.connected(h.id, p))
-        if down:
-            self.peers_declared_down += len(down)
-            self.log(f"{h.id} declares {down} down")
-            self._liveness_wake(h, set(down), set())
-
-    def _liveness_wake(self, h: SimHost, gone: set[int], restarted: set[int]) -> None:
-        assert h.liveness is not None
-        quiet = [(sn, sn.node) for sn in h.replicas.values() if sn.node is not None]
-        for sn, campaign in liveness_wakes(h.id, quiet, h.liveness.down, gone, restarted):
-            self.liveness_wakes += 1
-            self.log(f"g{sn.gid} {h.id} liveness wake (campaign={campaign})")
-            sn.node.wake(campaign)  # type: ignore[union-attr]
-            self._after(sn)
 
     # --------------------------------------------------------------- driver
     def run_until(self, end: int, stop: Callable[[], bool] | None = None) -> bool:
@@ -640,33 +319,6 @@ class SimCluster:
 
     def after_local_call(self, sn: SimNode) -> None:
         self._after(sn)
-
-    # --------------------------------------------------------------- faults
-    def partition(self) -> None:
-        ids = list(self.hosts)
-        self.rng.shuffle(ids)
-        k = self.rng.randint(1, len(ids) - 1) if len(ids) > 1 else 1
-        self.cut = [set(ids[:k]), set(ids[k:])]
-        self.log(f"PARTITION {self.cut}")
-
-    def isolate_leader(self) -> None:
-        """Partition the leader (with many groups: the node leading the most) with a
-        random minority (possibly alone)."""
-        ld = self.leader_host()
-        if ld is None:
-            self.partition()
-            return
-        others = [i for i in self.hosts if i != ld.id]
-        self.rng.shuffle(others)
-        k = self.rng.randint(0, max(0, (len(self.hosts) - 1) // 2 - 1))
-        minority = {ld.id, *others[:k]}
-        self.cut = [minority, set(self.hosts) - minority]
-        self.log(f"PARTITION (leader) {self.cut}")
-
-    def heal(self) -> None:
-        if self.cut is not None:
-            self.log("HEAL")
-        self.cut = None
 
     def state(self) -> str:
         return "\n".join(g.state() for g in self.gs)

@@ -99,7 +99,7 @@ def test_checker_catches_beats_stepped_into_the_wrong_group(monkeypatch):
     of a coalesced message's rows (terms and commits land in other groups) breaks
     the per-group invariants within a few seeds (here: I4, groups that never
     settle on a leader after the heal)."""
-    import raftlog.sim.cluster as cluster_mod
+    import raftlog.sim.cluster_beats as cluster_mod  # where the coalesced beats arrive
 
     real = cluster_mod.expand
 

@@ -14,6 +14,7 @@ import os
 import pytest
 
 import raftlog.sim.cluster as sim_cluster
+import raftlog.sim.cluster_beats as sim_cluster_beats
 from raftlog.core.liveness import liveness_wakes
 from raftlog.sim.cluster import TICK, SimCluster, SimParams
 from raftlog.sim.runner import _quiesced_lagging
@@ -81,6 +82,9 @@ def test_the_idle_check_sees_a_quiesced_leader_left_without_the_restart_wake(mon
     def without_restart(nid, quiet, down, gone, restarted=frozenset()):
         return liveness_wakes(nid, quiet, down, gone, set())
 
+    # both modules that call it: the node's beats (the restart wake) and the cluster
+    # (a leader quiescing while peers are down)
+    monkeypatch.setattr(sim_cluster_beats, "liveness_wakes", without_restart)
     monkeypatch.setattr(sim_cluster, "liveness_wakes", without_restart)
     # hard_state: the log stays, so the restarted node knows from its own membership
     # that it is a replacement and never campaigns (a suffix loss cut at a random
