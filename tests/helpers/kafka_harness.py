@@ -232,7 +232,11 @@ def running_cluster(base: str, topics: tuple[str, ...] = ("harness",)) -> Iterat
     one leader throughout, and a 2-core machine under fuzzing load can stall a
     node long enough for a 0.3 s timeout to start an election. Time retention is off:
     the harness's batches carry 1970 timestamps (tests/unit/sink/batches.py), which the
-    default 7-day retention.ms removes at the next retention check, as Kafka would."""
+    default 7-day retention.ms removes at the next retention check, as Kafka would.
+    New connections are not rate-limited (100,000/s): the fuzzer opens one per closed
+    mutant, over 1,000 a second per node on a quiet machine, and the listener's default
+    limit (1,000/s; tests/unit/sink/test_admission.py tests it) then refused the
+    harness's liveness probe, which read as a dead node (session 15, fresh-clone CI)."""
     cluster = SinkProcessCluster(
         base,
         3,
@@ -244,6 +248,8 @@ def running_cluster(base: str, topics: tuple[str, ...] = ("harness",)) -> Iterat
             str(MAX_FRAME),
             "--election-ticks",
             "50",
+            "--kafka-max-connection-creation-rate",
+            "100000",
         ],
     )
     cluster.start()
