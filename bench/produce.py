@@ -26,16 +26,17 @@ towards where the loop thread hands over the GIL: read the stage table for CPU).
 
 --tls: the same raftsink workload (kcat 1 KiB throughput, confluent-kafka at 1,000
 records/s) against a plaintext cluster, a cluster with TLS on the Kafka listener only
-(tls-kafka), and a TLS-everywhere cluster (Kafka listener with client certificates,
-mutual TLS between nodes, read API over TLS; throw-away certificates from
-scripts/make-certs.sh) in the same run; no JetStream (the latency phase is the
-open-loop one above, default linger). For the kcat phase it prints each process's
-CPU per record split by thread (loop, gRPC event_engine, other Python threads) and
-the client's, and the load average before and after. JSON: tls_throughput_ratio_1k
-(TLS everywhere / plaintext records/s), tls_p99_ratio (TLS / plaintext p99),
-tls_kafka_throughput_ratio_1k, cpu_split_us. The plaintext and TLS-everywhere clusters
-run side by side and their 1,000/s latency rounds alternate (3 x 10 s each with --quick,
-5 x 20 s without); each p99 pools its rounds' samples (tls_p99_ratio_rounds: per round).
+(tls-kafka, client certificates), and a SASL_SSL cluster (tls: the Kafka listener
+SASL_SSL with SCRAM-SHA-512, mutual TLS between nodes and on the read API; throw-away
+certificates from scripts/make-certs.sh) in the same run; no JetStream (the latency
+phase is the open-loop one above, default linger). For the kcat phase it prints each
+process's CPU per record split by thread (loop, gRPC event_engine, other Python
+threads) and the client's, and the load average before and after. JSON:
+tls_throughput_ratio_1k (SASL_SSL / plaintext records/s), tls_p99_ratio (SASL_SSL /
+plaintext p99), tls_kafka_throughput_ratio_1k, cpu_split_us. The plaintext and SASL_SSL
+clusters run side by side and their 1,000/s latency rounds alternate (3 x 10 s each
+with --quick, 5 x 20 s without); each p99 pools its rounds' samples
+(tls_p99_ratio_rounds: per round).
 
 Where the code is: bench/kafka_load.py (kcat, the confluent-kafka load producer, the
 records stored), bench/jetstream.py (the JetStream peer), bench/produce_cpu.py (the CPU
