@@ -13,10 +13,6 @@ simulated storage loss that takes that path.
 
 from __future__ import annotations
 
-import ast
-import inspect
-import textwrap
-
 import pytest
 
 from raftlog.core import election, follower, identity, leader, node_state, quiescence, reads
@@ -38,6 +34,7 @@ from raftlog.sim import (
     cluster_network,
     cluster_storage_loss,
 )
+from tests.helpers.class_parts import assert_every_attribute_is_known, assert_parts_hold_no_state
 
 CLASSES: list[tuple[type, tuple[type, ...]]] = [
     (host.RaftHost, (host_beats.HostBeats, host_liveness.HostLiveness, host_ticks.HostTicks)),
@@ -76,52 +73,6 @@ IDS = [cls.__name__ for cls, _parts in CLASSES]
 FIELD_SETTERS: dict[type, tuple[str, ...]] = {group.RaftGroup: ("__init__", "_open")}
 """The methods that set a class's fields (default: __init__ alone)."""
 
-CONSTANT_TYPES = (int, float, str, bytes, tuple, frozenset)
-"""What a part may define besides methods and properties: immutable values, not state."""
-
-
-def _own_names(cls: type) -> set[str]:
-    return {n for n in vars(cls) if not (n.startswith("__") and n.endswith("__"))}
-
-
-def _self_attributes(tree: ast.AST) -> set[str]:
-    """Every `self.NAME` read or written in tree."""
-    return {
-        n.attr
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
-    }
-
-
-def _fields(cls: type) -> set[str]:
-    """The fields cls.__init__ (or its FIELD_SETTERS) assigns."""
-    out: set[str] = set()
-    for setter in FIELD_SETTERS.get(cls, ("__init__",)):
-        out |= _assigned(getattr(cls, setter))
-    return out
-
-
-def _assigned(method: object) -> set[str]:
-    """Every `self.NAME` method assigns."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
-    out: set[str] = set()
-    for n in ast.walk(tree):
-        targets = (
-            n.targets
-            if isinstance(n, ast.Assign)
-            else [n.target]
-            if isinstance(n, ast.AnnAssign)
-            else []
-        )
-        for t in targets:
-            if (
-                isinstance(t, ast.Attribute)
-                and isinstance(t.value, ast.Name)
-                and t.value.id == "self"
-            ):
-                out.add(t.attr)
-    return out
-
 
 @pytest.mark.parametrize(("cls", "parts"), CLASSES, ids=IDS)
 def test_the_class_is_its_parts(cls, parts):
@@ -130,27 +81,12 @@ def test_the_class_is_its_parts(cls, parts):
 
 @pytest.mark.parametrize(("cls", "parts"), CLASSES, ids=IDS)
 def test_parts_hold_no_state_and_define_disjoint_names(cls, parts):
-    seen: dict[str, str] = {n: cls.__name__ for n in _own_names(cls)}
-    for part in parts:
-        assert "__init__" not in vars(part), part
-        for name in _own_names(part):
-            value = vars(part)[name]
-            assert (
-                callable(value)
-                or isinstance(value, property)
-                or (type(value) in CONSTANT_TYPES and name.isupper())
-            ), f"{part.__name__}.{name}"
-            assert name not in seen, f"{name}: both {seen[name]} and {part.__name__}"
-            seen[name] = part.__name__
+    assert_parts_hold_no_state(cls, parts, constants=True)
 
 
 @pytest.mark.parametrize(("cls", "parts"), CLASSES, ids=IDS)
 def test_every_attribute_a_part_uses_is_a_method_or_a_field(cls, parts):
-    fields = _fields(cls)
-    for owner in (*parts, cls):
-        used = _self_attributes(ast.parse(inspect.getsource(owner)))
-        unknown = {a for a in used if a not in fields and not hasattr(cls, a)}
-        assert not unknown, f"{owner.__module__}.{owner.__name__}: {sorted(unknown)}"
+    assert_every_attribute_is_known(cls, parts, FIELD_SETTERS.get(cls, ("__init__",)))
 
 
 def test_the_moved_names_are_still_importable_where_they_were():

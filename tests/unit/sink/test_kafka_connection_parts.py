@@ -7,12 +7,9 @@ rather than on the first connection that takes that path."""
 
 from __future__ import annotations
 
-import ast
-import inspect
-import textwrap
-
 from sink.kafka import conn_dispatch, conn_input, conn_memory, conn_responses, connection
 from sink.kafka.connection import Connection
+from tests.helpers.class_parts import assert_every_attribute_is_known, assert_parts_hold_no_state
 
 PARTS = (
     (conn_input, conn_input.InputFlow),
@@ -22,43 +19,6 @@ PARTS = (
 )
 
 
-def _own_names(cls: type) -> set[str]:
-    return {n for n in vars(cls) if not (n.startswith("__") and n.endswith("__"))}
-
-
-def _self_attributes(tree: ast.AST) -> set[str]:
-    """Every `self.NAME` read or written in tree."""
-    return {
-        n.attr
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
-    }
-
-
-def _fields() -> set[str]:
-    """The fields Connection's __init__ and connection_made assign."""
-    out: set[str] = set()
-    for fn in (Connection.__init__, Connection.connection_made):
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-        for n in ast.walk(tree):
-            targets = (
-                n.targets
-                if isinstance(n, ast.Assign)
-                else [n.target]
-                if isinstance(n, ast.AnnAssign)
-                else []
-            )
-            for t in targets:
-                for sub in ast.walk(t):
-                    if (
-                        isinstance(sub, ast.Attribute)
-                        and isinstance(sub.value, ast.Name)
-                        and sub.value.id == "self"
-                    ):
-                        out.add(sub.attr)
-    return out
-
-
 def test_connection_is_its_parts_and_asyncio_protocol():
     parts = [cls for _mod, cls in PARTS]
     assert Connection.__mro__[1 : 1 + len(parts)] == tuple(parts)
@@ -66,18 +26,10 @@ def test_connection_is_its_parts_and_asyncio_protocol():
 
 
 def test_parts_hold_no_state_and_define_disjoint_names():
-    seen: dict[str, str] = {n: "Connection" for n in _own_names(Connection)}
-    for _mod, cls in PARTS:
-        assert "__init__" not in vars(cls), cls
-        for name in _own_names(cls):
-            assert callable(getattr(cls, name)), f"{cls.__name__}.{name} is state"
-            assert name not in seen, f"{name}: both {seen[name]} and {cls.__name__}"
-            seen[name] = cls.__name__
+    assert_parts_hold_no_state(Connection, [cls for _mod, cls in PARTS])
 
 
 def test_every_attribute_a_part_uses_is_a_method_or_a_field():
-    fields = _fields()
-    for mod, cls in (*PARTS, (connection, Connection)):
-        used = _self_attributes(ast.parse(inspect.getsource(cls)))
-        unknown = {a for a in used if a not in fields and not hasattr(Connection, a)}
-        assert not unknown, f"{mod.__name__}: {sorted(unknown)}"
+    assert_every_attribute_is_known(
+        Connection, [cls for _mod, cls in PARTS], ("__init__", "connection_made")
+    )
