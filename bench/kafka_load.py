@@ -176,9 +176,14 @@ class LoadProducer:
             raise RuntimeError(f"{left} records not delivered within {timeout} s")
 
     def close(self) -> None:
+        """Flush, stop the poller and let librdkafka's handle go: the handle holds this
+        object's callbacks (a cycle only the collector would break), and a handle left
+        alive reconnects every second to a cluster already stopped, on the machine the
+        next phase measures."""
         self.flush()
         self._stop.set()
         self._poller.join()
+        self.p = None
 
 
 def record_value(i: int, size: int) -> bytes:
