@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -283,6 +284,8 @@ def main() -> int:
         achieved = (load.acked - acked_before) / soak_s
     finally:
         cluster.stop()
+        if args.dir is None:  # a temporary one: about 2 GB per node after 30 minutes
+            shutil.rmtree(base, ignore_errors=True)
     tail = samples[len(samples) // 3 :]
     ts = [s["t"] for s in tail]
     nodes = list(samples[0]["rss_mb"])
