@@ -12,8 +12,9 @@ Layout of a data directory:
     index/                   LMDB environment (see index.py)
     segments/*.seg           segment files (see segments.py)
 
-Recovery is in log_recovery.py, truncations and reset in log_truncate.py
-(mixins of LogStore). Ordering duties on disk:
+Recovery is in log_recovery.py, truncations and reset in log_truncate.py, the
+hard state, snapshot record and identity stamp in log_meta.py (mixins of
+LogStore). Ordering duties on disk:
 - append: frames written, then fdatasync; only then is the batch reported
   durable. Index locations follow lazily (checkpoints); recovery rebuilds the
   unindexed tail by scanning from the last checkpoint.
@@ -44,11 +45,11 @@ from raftlog.storage.errors import (
 from raftlog.storage.index import (
     Checkpoint,
     IndexEnv,
-    IndexWriter,
     Location,
     LogIndex,
     group_prefix,
 )
+from raftlog.storage.log_meta import MetaMixin
 from raftlog.storage.log_recovery import RecoveryMixin
 from raftlog.storage.log_truncate import TruncateMixin
 from raftlog.storage.options import StorageOptions
@@ -76,7 +77,7 @@ class StoreStats:
     torn_tail_bytes_cut: int = 0
 
 
-class LogStore(RecoveryMixin, TruncateMixin):
+class LogStore(RecoveryMixin, TruncateMixin, MetaMixin):
     """A Raft log on disk. Open with LogStore.open(directory)."""
 
     def __init__(
@@ -528,83 +529,3 @@ class LogStore(RecoveryMixin, TruncateMixin):
             self._pending_base = base + len(pending)
             self._pending_bytes = sum(loc.length for loc in self._pending)
         self.stats.index_checkpoints += 1
-
-    def identity_stamp(self) -> int:
-        """The incarnation stamped in this log's index (0: none; see storage/identity.py)."""
-        self._check_open()
-        return self._index.identity()
-
-    def stamp_identity(self, incarnation: int, durable: bool = True) -> None:
-        """Stamp the incarnation in this log's index (durable on return unless
-        durable=False: then with the next forced write, e.g. the hard state). The
-        stamp lives beside the hard state, so an index that was lost or rebuilt has
-        none and its vote record cannot be vouched for."""
-        with self._write_lock:
-            self._check_open()
-            with self._index.writer(durable=durable) as w:
-                w.set_identity(incarnation)
-
-    def is_blank(self) -> bool:
-        """Nothing Raft wrote is here: no term, vote, entry or snapshot."""
-        hs = self.hard_state()
-        return (
-            hs.term == 0
-            and hs.vote == 0
-            and self.last_index() == 0
-            and self.snapshot_meta().index == 0
-        )
-
-    def save_hard_state(self, hs: HardState, durable: bool = True) -> None:
-        """Persist term, vote and commit checkpoint atomically; durable on return
-        unless durable=False (a commit-only checkpoint: a crash may undo it)."""
-        with self._write_lock:
-            self._check_open()
-            self._guard(self._write_meta, "hard_state", hs, durable)
-            self._hard_state = hs
-
-    @property
-    def index_key(self) -> int:
-        """Identity of the LMDB environment holding this log's index (logs of one
-        LogEnvironment share it): hard states of logs with one key can be saved
-        together by save_hard_states."""
-        return id(self._index.env)
-
-    @staticmethod
-    def save_hard_states(items: Sequence[tuple[LogStore, HardState]]) -> None:
-        """save_hard_state for several logs sharing one index (equal index_key):
-        ONE LMDB transaction and one sync for all of them; durable on return.
-
-        Called by the disk writer's thread only (the logs' single writer)."""
-        if not items:
-            return
-        first = items[0][0]
-        writers = []
-        for store, hs in items:
-            store._check_open()
-            w = IndexWriter(store._index)
-            w.set_hard_state(hs)
-            writers.append(w)
-        try:
-            first._index.commit_together(writers, durable=True)
-        except ValueError:
-            raise  # the logs do not share one index: nothing was written
-        except BaseException as exc:
-            for store, _ in items:
-                store._failed = exc
-            raise
-        for store, hs in items:
-            store._hard_state = hs
-
-    def save_snapshot_meta(self, meta: SnapshotMeta) -> None:
-        """Record the latest snapshot's last index/term and data; durable on return."""
-        with self._write_lock:
-            self._check_open()
-            self._guard(self._write_meta, "snapshot", meta)
-            self._snapshot = meta
-
-    def _write_meta(self, what: str, value: HardState | SnapshotMeta, durable: bool = True) -> None:
-        with self._index.writer(durable=durable) as w:
-            if what == "hard_state":
-                w.set_hard_state(value)  # type: ignore[arg-type]
-            else:
-                w.set_snapshot(value)  # type: ignore[arg-type]
