@@ -46,7 +46,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     grpc_env.apply()
     from sink.config import ConfigError, flag_overrides, load_config
     from sink.node import run_on_event_loop, serve
-    from sink.node.serve import RepairRestart
+    from sink.node.serve import EXIT_STORAGE_FAILURE, RepairRestart
 
     overrides, sources = flag_overrides(args)
     try:
@@ -62,6 +62,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 1
     except RepairRestart:
         _restart_for_repair()
+    except SystemExit as exc:
+        if exc.code != EXIT_STORAGE_FAILURE:
+            raise
+        # A crash-stop: what could be stopped was, and what is durable is on disk. A
+        # worker thread still blocked on the failed disk would hold the interpreter's
+        # exit (it joins them) and keep the process alive, its ports bound.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_STORAGE_FAILURE)
     return 0
 
 

@@ -72,6 +72,11 @@ def repair_refused(config: SinkConfig) -> str:
 STOP_AFTER_FAILED_START_S = 10.0
 """Longest wait for what a failed start had started to stop before the node exits."""
 
+STOP_AFTER_FATAL_S = 10.0
+"""Longest wait for a node whose storage failed to stop its parts before it exits
+anyway: a step stuck on the failed disk (an fsync a dying disk never answers) must not
+keep a crash-stopped node half alive, holding its ports."""
+
 
 def run_on_event_loop(kind: str, main: Coroutine[Any, Any, T]) -> T:
     """Run main on the configured event loop ("uvloop" or "asyncio", node.event_loop)."""
@@ -126,7 +131,18 @@ async def serve(config: SinkConfig, ready_line: bool = True) -> None:
         # Graceful: a leader hands over before it stops accepting work, so produce
         # stalls for one TimeoutNow round instead of an election timeout.
         await node.hand_off_leadership(config.node.shutdown_handoff_ms / 1000)
-    await node.stop()
+        await node.stop()
+    else:
+        try:
+            await asyncio.wait_for(node.stop(), STOP_AFTER_FATAL_S)
+        except Exception as exc:  # TimeoutError included: exit anyway, and say so
+            log.error(
+                "raftsink.stop_incomplete node=%d: stopping after the storage failure did "
+                "not finish within %.0f s (%r); exiting anyway",
+                config.node_id,
+                STOP_AFTER_FATAL_S,
+                exc,
+            )
     if node.fatal_error is not None:
         corrupt = _corruption_in(node.fatal_error)
         if corrupt is not None and corrupt.marked and not repair_refused(config):

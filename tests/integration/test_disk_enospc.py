@@ -74,7 +74,12 @@ def test_enospc_stops_only_that_node(tmp_path):
             for _ in range(100):  # 6.4 MiB: more than the bare node has left
                 p.produce("enospc", value=value)
             assert p.flush(60) == 0
-            _wait(lambda: bare in cluster.exited(), 30, f"node {bare} to stop")
+            try:
+                _wait(lambda: bare in cluster.exited(), 30, f"node {bare} to stop")
+            except AssertionError as exc:  # say what the node was doing
+                raise AssertionError(
+                    f"{exc}; its log ends:\n{cluster.log_tail(bare, 4000)}"
+                ) from None
             assert cluster.exited() == {bare: EXIT_STORAGE_FAILURE}
             tail = cluster.log_tail(bare, 20000)
             stopped = [line for line in tail.splitlines() if "raftsink.node_stopped" in line]

@@ -10,13 +10,19 @@ tests/integration/test_disk_enospc.py, run with RAFTSINK_CLUSTER_PARTITION_GROUP
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import importlib
 from types import SimpleNamespace
+
+import pytest
 
 from sink.config import load_config
 from sink.node import storage_errno
 from sink.node.assemble import SinkNode
 from tests.unit.test_config import BASE
+
+serve_mod = importlib.import_module("sink.node.serve")  # sink.node.serve is also a function
 
 
 def _node(groups: dict[int, BaseException | None]) -> SinkNode:
@@ -48,3 +54,33 @@ def test_one_group_node_without_a_host():
     failed = OSError(errno.ENOSPC, "full")
     node.node = SimpleNamespace(fatal_error=failed)
     assert node.fatal_error is failed
+
+
+class _StuckOnStop:
+    """A node whose disk failed and whose stop() never returns (an fsync a dying disk
+    does not answer)."""
+
+    def __init__(self, config) -> None:
+        self.fatal_error: BaseException | None = None
+
+    async def start(self) -> None:
+        self.fatal_error = OSError(errno.EIO, "Input/output error")
+
+    def reload_tls(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        await asyncio.Event().wait()
+
+
+def test_a_node_whose_stop_hangs_after_a_storage_failure_still_exits(monkeypatch, caplog):
+    monkeypatch.setattr(serve_mod, "SinkNode", _StuckOnStop)
+    monkeypatch.setattr(serve_mod, "FATAL_POLL_S", 0.01)
+    monkeypatch.setattr(serve_mod, "STOP_AFTER_FATAL_S", 0.05)
+    config = load_config(None, env={}, overrides=BASE)
+    with pytest.raises(SystemExit) as exited:
+        asyncio.run(serve_mod.serve(config, ready_line=False))
+    assert exited.value.code == serve_mod.EXIT_STORAGE_FAILURE
+    said = caplog.text
+    assert "raftsink.stop_incomplete" in said and "raftsink.node_stopped" in said
+    assert "errno=EIO" in said
