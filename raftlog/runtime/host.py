@@ -150,6 +150,7 @@ class RaftHost(HostBeats, HostLiveness, HostTicks):
         self._beat_peers: set[int] = set()  # peers owed node beats
         self._beaten: set[int] = set()  # peers sent a Beats since the last node beats
         self._node_beats_due = False  # node beats go at the end of this tick's first flush
+        self._node_beat_every = self.options.node_beat_every()  # ticks between node beats
         self._liveness: NodeLiveness | None = None  # made at the first group (needs T)
         self._tick_from = 0  # where the next tick's scan of _ticking starts
         self._first_slot = 0.0  # the tick of the newest fresh group's first-election slot

@@ -108,7 +108,7 @@ class HostLiveness:
             self._refresh_peers()
         # Node beats go on beat ticks only (every node_beat_ticks-th), so with
         # beat_ticks > 1 they never add a message between two beat rounds.
-        if now % (self.options.node_beat_ticks * self.options.beat_ticks) == 0:
+        if now % self._node_beat_every == 0:
             self._node_beats_due = True
             if not self._flush_scheduled:
                 self._flush_scheduled = True

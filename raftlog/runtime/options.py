@@ -109,6 +109,11 @@ class NodeOptions:
                 raise ValueError(f"NodeOptions.{name} must be >= 0, got {value}")
 
 
+NODE_BEATS_PER_SILENCE = 4
+"""At least this many node beats fit in the silence limit (one late beat must never
+look like a dead peer): HostOptions.node_beat_every shortens the interval to fit."""
+
+
 @dataclass(frozen=True, slots=True)
 class HostOptions:
     """What a RaftHost shares among its groups (one per process)."""
@@ -144,10 +149,16 @@ class HostOptions:
     process), or that restarted. Needs
     coalesce_heartbeats (off there: groups never quiesce). Off: every group is
     ticked and heartbeats every heartbeat interval, as before."""
-    node_beat_ticks: int = 2
+    node_beat_ticks: int = 6
     """Node beats go to a peer every this many beat ticks (node_beat_ticks x
-    beat_ticks ticks; when no group's Beats went there meanwhile). Detection needs a handful of them per silence limit, not
-    one per tick: 2 halves the idle messages at no cost to detection."""
+    beat_ticks ticks; when no group's Beats went there meanwhile). Detection needs a
+    handful of them per silence limit, not one per tick: at a RaftNode's
+    beat_ticks 3 and tick_ms 30 that is every 540 ms, 5-8 per silence limit (3 s,
+    randomized up to 1.5x). Every node beats every peer it shares a group with,
+    and the controller group spans all voters, so the idle messages grow with the
+    square of the node count: 7 node processes sent 236 a second at 2 (session 16),
+    a third of that at 6. Shortened where fewer than NODE_BEATS_PER_SILENCE would fit
+    in the silence limit (node_beat_every)."""
     liveness_silence_ms: int = 3000
     """Node liveness: a peer silent this long (randomized up to 1.5x, counted in
     ticks this host's loop ran, never fewer than the groups' election timeout)
@@ -167,6 +178,13 @@ class HostOptions:
     started together then elect over a few ticks instead of in one storm."""
     storage: StorageOptions = field(default_factory=StorageOptions)
     """Options of the data directory's LogEnvironment (groups opened there)."""
+
+    def node_beat_every(self) -> int:
+        """Ticks between node beats: node_beat_ticks x beat_ticks, shortened (in whole
+        beat ticks, never below one) so NODE_BEATS_PER_SILENCE fit in the silence limit."""
+        silence_ticks = max(1, self.liveness_silence_ms // self.tick_ms)
+        fit = silence_ticks // NODE_BEATS_PER_SILENCE // self.beat_ticks * self.beat_ticks
+        return max(self.beat_ticks, min(self.node_beat_ticks * self.beat_ticks, fit))
 
     def __post_init__(self) -> None:
         if self.tick_ms <= 0:

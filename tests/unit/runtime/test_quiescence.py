@@ -45,6 +45,7 @@ class Cluster:
                     # the silence limit at its floor, T (a cut-off host, below, is seen by
                     # silence only: LocalNetwork reports no broken stream)
                     liveness_silence_ms=OPTS.tick_ms * T,
+                    node_beat_ticks=2,  # 10 node beats per silence limit
                 ),
             )
             await host.start()
