@@ -229,3 +229,15 @@ def test_postpone_election_delays_the_first_campaign_by_that_many_ticks():
         ticks += 1
     assert ticks == timeout + 10
     assert n.lead == 0  # no lease: votes are not ignored meanwhile
+
+
+def test_node_beats_fit_the_silence_limit_at_least_four_times():
+    from raftlog.runtime.options import NODE_BEATS_PER_SILENCE
+
+    # The defaults: 6 beat ticks of 3 (540 ms at 30 ms ticks) within 3 s of silence.
+    assert HostOptions(beat_ticks=3).node_beat_every() == 18
+    # A short silence limit shortens the interval in whole beat ticks, never below one.
+    short = HostOptions(beat_ticks=3, liveness_silence_ms=1200)  # 40 ticks
+    assert short.node_beat_every() == 9 and 40 // 9 >= NODE_BEATS_PER_SILENCE
+    assert HostOptions(beat_ticks=3, liveness_silence_ms=90).node_beat_every() == 3
+    assert HostOptions(beat_ticks=1, node_beat_ticks=2).node_beat_every() == 2
