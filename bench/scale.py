@@ -80,12 +80,7 @@ def partition_groups_flag() -> tuple[str | None, str]:
 
 def run_cluster(base: str, nodes: int, groups: bool, records: int, quota: bool) -> dict:
     """One cluster, one kcat workload; per-node CPU over the produce phase."""
-    extra: list[str] = []
-    if groups:
-        flag, why = partition_groups_flag()
-        assert flag is not None, why
-        extra.append(flag)
-    c = SinkProcessCluster(base, nodes, default_partitions=PARTITIONS, extra_args=extra)
+    c = SinkProcessCluster(base, nodes, default_partitions=PARTITIONS, partition_groups=groups)
     c.start()
     cap = None
     try:

@@ -62,15 +62,15 @@ class ChaosCluster(SinkProcessCluster):
         n: int = 3,
         default_partitions: int = 1,
         secure: bool = False,
-        partition_groups: bool = False,
+        partition_groups: bool | None = None,
         **kw,
     ) -> None:
         """secure: TLS everywhere, SASL_SSL clients, authorization on (chaos/secure.py);
         `self.security` then holds the certificates and the clients' settings.
         partition_groups: a Raft group per partition plus the controller
-        (docs/partition-groups.md); every pair of nodes gets its proxy links either way."""
+        (docs/partition-groups.md; None: the nodes' default, see SinkProcessCluster);
+        every pair of nodes gets its proxy links either way."""
         self.security: SecureSetup | None = None
-        self.partition_groups = partition_groups
         if secure:
             os.makedirs(base_dir, exist_ok=True)
             self.security = SecureSetup.make(base_dir, n)

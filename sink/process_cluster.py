@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raftlog.process_cluster import free_ports
-from sink.config import Peer, format_peers
+from sink.config import Peer, env_value, format_peers
 from sink.readapi import ReadApiClient
 
 
@@ -53,7 +53,7 @@ class SinkProcessCluster:
         read_api_credentials: Any = None,
         authorization: bool = False,
         processes_per_host: int | None = None,
-        partition_groups: bool = False,
+        partition_groups: bool | None = None,
     ) -> None:
         """node_wrapper: module each node runs as (`python -m node_wrapper serve ...`);
         default sink.cli. It must end by calling sink.cli.main(argv).
@@ -66,7 +66,10 @@ class SinkProcessCluster:
         --node-host h1, K+1..2K h2, ... (placement keeps a group's replicas on different
         hosts); None: no label, every node its own host (node.host's default).
         partition_groups: start every node with cluster.partition_groups on (a Raft
-        group per partition; docs/partition-groups.md)."""
+        group per partition plus the controller; docs/partition-groups.md) or off (one
+        group); None: what a node started here would pick, the
+        RAFTSINK_CLUSTER_PARTITION_GROUPS variable else the option's default (on). Every
+        node gets it as an explicit flag, and `partition_groups` holds the value."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if processes_per_host is not None and processes_per_host < 1:
@@ -103,8 +106,11 @@ class SinkProcessCluster:
         ]
         if not authorization:
             self.args.append("--no-authorization-enabled")
-        if partition_groups:
-            self.args.append("--cluster-partition-groups")
+        if partition_groups is None:
+            partition_groups = bool(env_value("cluster.partition_groups"))
+        self.partition_groups = partition_groups
+        on = "--cluster-partition-groups" if partition_groups else "--no-cluster-partition-groups"
+        self.args.append(on)
 
     def host_of(self, node_id: int) -> str:
         """Node `node_id`'s host label: h1 for nodes 1..K, h2 for K+1..2K, ...; without

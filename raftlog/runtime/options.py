@@ -59,7 +59,7 @@ class NodeOptions:
     the followers stop their election timers; the host then watches the
     leader's process (node beats) instead. 0: never quiesce. Takes effect on a
     host of many groups (raftsink with partition groups: RaftHost with
-    HostOptions.quiesce on); a RaftNode (one group, raftsink's default mode)
+    HostOptions.quiesce on); a RaftNode (one group, `cluster.partition_groups = false`)
     never quiesces. Default 6 since the 1,000-group idle target is met with it
     in every run (bench/scale.py part 2; the simulator checks it: raftlog/sim,
     quiesce_ticks; docs/raft-runtime.md, "Quiescence", "Measured again")."""

@@ -12,7 +12,7 @@ doc      docs/operations.md's settings table, generated from the table
 
 from sink.config.doc import render_table
 from sink.config.flags import add_config_arguments, flag_overrides
-from sink.config.load import build, load_config
+from sink.config.load import build, env_value, load_config
 from sink.config.schema import (
     EVENT_LOOPS,
     ClusterSection,
@@ -49,6 +49,7 @@ __all__ = [
     "SinkConfig",
     "add_config_arguments",
     "build",
+    "env_value",
     "flag_overrides",
     "format_addresses",
     "format_peers",

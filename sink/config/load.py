@@ -75,6 +75,17 @@ def env_layer(environ: Mapping[str, str]) -> Layer:
     return layer
 
 
+def env_value(key: str, environ: Mapping[str, str] | None = None) -> Any:
+    """One option's value as the environment (default os.environ) sets it, else its
+    default: what a node started without a flag for it reads (launchers use it)."""
+    opt = BY_KEY[key]
+    layer = env_layer(os.environ if environ is None else environ)
+    if key not in layer:
+        return opt.default
+    raw, where = layer[key]
+    return coerce_scalar(f"{key} (from {where})", opt.kind, raw)
+
+
 def override_layer(values: Mapping[str, Any], where: Mapping[str, str] | None = None) -> Layer:
     """Command-line values keyed by key or flat name; None means "not given"."""
     layer: Layer = {}

@@ -57,6 +57,7 @@ from sink.node.balance_driver import LeaderBalanceDriver
 from sink.node.compaction import compaction_limit
 from sink.node.data_groups import DataGroups
 from sink.node.disk_watch import DiskWatch
+from sink.node.layout import resolve_layout
 from sink.node.leaders import LeaderPoller, LeadersTable
 from sink.node.pipeline_commits import PipelineCommits
 from sink.node.replica_moves import MoveOps
@@ -124,7 +125,8 @@ class SinkNode(GroupsWiring, SecurityWiring, ListenerWiring):
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        cfg = self.config
+        # An existing data directory keeps its layout whatever the setting (layout.py).
+        self.config = cfg = resolve_layout(self.config)
         os.makedirs(cfg.data_dir, exist_ok=True)
         self.tls = NodeTls(cfg.tls) if cfg.tls.enabled else None
         self.disk = self._disk_watch()

@@ -71,7 +71,7 @@ def test_run_campaign_refuses_before_starting_anything(tmp_path):
     from chaos import run_campaign
 
     with pytest.raises(ValueError, match="move"):
-        run_campaign(1, str(tmp_path / "out"), seconds=5, nemeses=["move"])
+        run_campaign(1, str(tmp_path / "out"), seconds=5, nemeses=["move"], partition_groups=False)
     with pytest.raises(ValueError, match="at least 3 nodes"):
         run_campaign(1, str(tmp_path / "out"), seconds=5, nodes=2)
     assert not (tmp_path / "out").exists()
@@ -80,11 +80,12 @@ def test_run_campaign_refuses_before_starting_anything(tmp_path):
 def test_cli_refuses_move_without_groups(capsys):
     p = argparse.ArgumentParser()
     add_arguments(p)
-    args = p.parse_args(["--nemesis", "kill,move", "--seconds", "5"])
+    args = p.parse_args(["--nemesis", "kill,move", "--seconds", "5", "--no-partition-groups"])
     assert run(args) == 2
     assert "needs --partition-groups" in capsys.readouterr().err
-    args = p.parse_args(["--partition-groups", "--nodes", "5"])
+    args = p.parse_args(["--nodes", "5"])  # partition groups are the default, as in serve
     assert args.nodes == 5 and args.partition_groups and args.nemesis is None
+    assert p.parse_args(["--partition-groups"]).partition_groups
 
 
 def test_schedule_on_five_nodes_targets_every_node():
@@ -108,7 +109,8 @@ def test_five_nodes_get_a_proxy_link_per_ordered_pair(tmp_path):
     assert c.peers[4].raft in view  # its own entry is real
     assert "--cluster-partition-groups" in c.command_for(1)
     assert c.partition_groups
-    assert "--cluster-partition-groups" not in ChaosCluster(str(tmp_path / "b")).command_for(1)
+    one = ChaosCluster(str(tmp_path / "b"), partition_groups=False)
+    assert "--no-cluster-partition-groups" in one.command_for(1) and not one.partition_groups
 
 
 class _FakeCluster:

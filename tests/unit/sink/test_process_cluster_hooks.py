@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from sink.config import ConfigError
 from sink.process_cluster import SinkProcessCluster
 
 
@@ -57,6 +58,18 @@ def test_old_hook_names_are_refused(old):
 
 def test_partition_groups_switch_reaches_every_node(tmp_path):
     on = SinkProcessCluster(str(tmp_path / "on"), n=2, partition_groups=True)
-    off = SinkProcessCluster(str(tmp_path / "off"), n=2)
+    off = SinkProcessCluster(str(tmp_path / "off"), n=2, partition_groups=False)
     assert all("--cluster-partition-groups" in on.command_for(i) for i in on.nodes)
-    assert not any("--cluster-partition-groups" in off.command_for(i) for i in off.nodes)
+    assert all("--no-cluster-partition-groups" in off.command_for(i) for i in off.nodes)
+    assert on.partition_groups and not off.partition_groups
+
+
+def test_partition_groups_default_follows_the_environment_as_a_node_would(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAFTSINK_CLUSTER_PARTITION_GROUPS", raising=False)
+    assert SinkProcessCluster(str(tmp_path / "a"), n=1).partition_groups  # the default: on
+    monkeypatch.setenv("RAFTSINK_CLUSTER_PARTITION_GROUPS", "false")
+    c = SinkProcessCluster(str(tmp_path / "b"), n=1)
+    assert not c.partition_groups and "--no-cluster-partition-groups" in c.command_for(1)
+    monkeypatch.setenv("RAFTSINK_CLUSTER_PARTITION_GROUPS", "maybe")
+    with pytest.raises(ConfigError, match=r"cluster\.partition_groups"):
+        SinkProcessCluster(str(tmp_path / "c"), n=1)
