@@ -2,6 +2,13 @@
 same wiring as `raftsink serve`) over a LocalNetwork, each Kafka listener and read
 API on 127.0.0.1 with an ephemeral port (the Kafka port advertised in Metadata).
 
+The nodes run ONE Raft group (cluster.partition_groups off), not the default partition
+groups: peers' read API addresses are only labels here (":0"), and partition groups find
+each partition's leader through the peers' read APIs (sink/node/leaders.py), so
+tests of the partition-groups layout use real processes (SinkProcessCluster, whose
+default is the node's). The suites on this cluster are about the Kafka front end, which
+is the same code in both layouts, and they keep the one-group layout tested.
+
 SinkCluster runs its event loop in a background thread so that blocking
 clients (confluent-kafka, kafka-python, kcat subprocesses) can be used from
 the test thread; call() runs a coroutine on the cluster's loop.
@@ -18,7 +25,15 @@ from typing import Any
 
 from raftlog.runtime import NodeOptions
 from raftlog.transport import LocalNetwork
-from sink.config import KafkaSection, NodeSection, Peer, RaftSection, RetentionSection, SinkConfig
+from sink.config import (
+    ClusterSection,
+    KafkaSection,
+    NodeSection,
+    Peer,
+    RaftSection,
+    RetentionSection,
+    SinkConfig,
+)
 from sink.kafka import KafkaLimits
 from sink.node import SinkNode
 from sink.security.authz_options import AuthorizationOptions
@@ -98,6 +113,7 @@ class SinkCluster:
             raft=RaftSection(options=self.options),
             storage=self.options.storage,
             retention=RetentionSection(snapshot_every_entries=self.options.snapshot_every_entries),
+            cluster=ClusterSection(partition_groups=False),  # see the module's docstring
             # Plain test clusters: no ACL checks (`raftsink serve` checks by default).
             authorization=AuthorizationOptions(enabled=False),
         )
