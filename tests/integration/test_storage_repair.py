@@ -17,6 +17,11 @@ next round damages the new leader). One cluster per variant keeps CI's cost down
 A damaged BASE snapshot (what the log was compacted to: nothing on the node can rebuild
 that state) makes the node discard its whole storage (set aside, not deleted) and come
 back as a replacement, rebuilt by a snapshot from the leader.
+
+The clusters here run ONE Raft group (`partition_groups=False`): the damage is done to
+that layout's files (DATA_DIR/log, DATA_DIR/snapshots). With partition groups every
+group's log repairs itself the same way, one group at a time (the host's groups share
+the LogEnvironment): tests/unit/runtime/test_repair_runtime.py.
 """
 
 from __future__ import annotations
@@ -202,6 +207,7 @@ def test_damaged_storage_is_repaired_from_the_peers(tmp_path, role):
         default_partitions=1,
         log_level="INFO",
         extra_args=["--storage-segment-bytes", str(128 * 1024)],
+        partition_groups=False,  # the one-group layout's files are damaged
     )
     c.start()
     load: Load | None = None
@@ -285,6 +291,7 @@ def test_a_damaged_base_snapshot_is_discarded_and_rebuilt_from_the_peers(tmp_pat
             "--topics-retention-check-ms",
             "200",
         ],
+        partition_groups=False,  # the one-group layout's files are damaged
     )
     c.start()
     load: Load | None = None
