@@ -1,8 +1,9 @@
-"""Upgrading a one-group cluster to a release whose default is partition groups: real
-`raftsink serve` processes created with cluster.partition_groups off write records, then
-restart with the setting at its default (on). Each data directory keeps the layout it was
-created with (sink/node/layout.py): every acknowledged record is still served, new
-records are accepted, and each node says once at WARNING why it ignores the setting."""
+"""A one-group cluster restarted with cluster.partition_groups on (an operator's change,
+or a release whose default is partition groups): real `raftsink serve` processes created
+with the setting off write records, then restart with it on. Each data directory keeps
+the layout it was created with (sink/node/layout.py): every acknowledged record is still
+served, new records are accepted, and each node says once at WARNING why it ignores the
+setting. (Before, the nodes started an empty groups cluster beside their data.)"""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def _consume_all(bootstrap: str, want: int) -> list[bytes]:
 
 
 @pytest.mark.timeout(240)
-def test_a_one_group_cluster_keeps_its_records_when_the_default_becomes_groups(tmp_path):
+def test_a_one_group_cluster_keeps_its_records_when_started_with_groups_on(tmp_path):
     os.environ.pop("RAFTSINK_CLUSTER_PARTITION_GROUPS", None)
     cluster = SinkProcessCluster(
         str(tmp_path), default_partitions=PARTITIONS, partition_groups=False
@@ -65,8 +66,8 @@ def test_a_one_group_cluster_keeps_its_records_when_the_default_becomes_groups(t
         cluster.stop()
         for n in cluster.nodes.values():
             assert os.path.isdir(os.path.join(n.data_dir, "log"))
-        # The new release's nodes: no flag, so the option's default (partition groups).
         cluster.args.remove("--no-cluster-partition-groups")
+        cluster.args.append("--cluster-partition-groups")
         cluster.start()
         asyncio.run(cluster.wait_ready())
         after = [f"new-{i}".encode() for i in range(50)]
