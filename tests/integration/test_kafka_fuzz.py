@@ -87,21 +87,31 @@ def keep_leader(h: Harness, timeout: float = 30.0) -> int:
         time.sleep(0.05)  # polling Metadata for a condition, bounded above
 
 
-def produce_keep(h: Harness) -> list[bytes]:
-    """Three batches on KEEP through its partition's leader; the batches as sent."""
-    leader = keep_leader(h)
-    hi = advertised(h.port(leader))[0][1]
-    cls = request_schema(0, hi)
+NOT_LEADER_OR_FOLLOWER = 6
+
+
+def produce_keep(h: Harness, timeout: float = 60.0) -> list[bytes]:
+    """Three batches on KEEP through its partition's leader; the batches as sent. A batch
+    answered NOT_LEADER_OR_FOLLOWER (nothing appended: with partition groups the balancer
+    may hand the new partition to its preferred replica between Metadata and Produce)
+    goes again to the leader Metadata names then, as a client's would."""
     batches = [make_batch([f"keep-{i}-{j}".encode() for j in range(i + 1)]) for i in range(3)]
-    c = Conn(h.port(leader))
-    try:
-        for i, b in enumerate(batches):
-            req = valid_request(cls, Context(topic=KEEP, records=b))
-            _hdr, resp = call(c, req, 10 + i)
+    deadline = time.monotonic() + timeout
+    for i, b in enumerate(batches):
+        while True:
+            leader = keep_leader(h)
+            cls = request_schema(0, advertised(h.port(leader))[0][1])
+            c = Conn(h.port(leader))
+            try:
+                req = valid_request(cls, Context(topic=KEEP, records=b))
+                _hdr, resp = call(c, req, 10 + i)
+            finally:
+                c.close()
             part = resp.responses[0].partition_responses[0]
-            assert int(part.error_code) == 0, part
-    finally:
-        c.close()
+            if int(part.error_code) != NOT_LEADER_OR_FOLLOWER or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)  # the new leader's election, bounded by the deadline
+        assert int(part.error_code) == 0, part
     return batches
 
 
