@@ -12,6 +12,10 @@ every entry the leader's log holds.
 Two retention settings: the default (records kept for 7 days: the wiped node must serve
 everything from offset 0), and retention.bytes (the log start moves: the wiped node must
 serve from the same log start as the others).
+
+The cluster runs ONE Raft group (`partition_groups=False`): the test watches that
+group's applied index and snapshots. A wiped node of a partition-groups cluster is
+test_identity_wipe.py's (it passes with groups on).
 """
 
 from __future__ import annotations
@@ -100,6 +104,7 @@ def test_a_wiped_node_serves_every_record_its_peers_hold(tmp_path, retention):
             "200",
             *retention,
         ],
+        partition_groups=False,  # the one group's applied index is what the test watches
     )
     c.start()
     try:
