@@ -124,12 +124,13 @@ GROUPS_BY_ENV = os.environ.get("RAFTSINK_CLUSTER_PARTITION_GROUPS", "").lower() 
 
 @pytest.fixture
 def cluster(tmp_path, request):
-    """Three nodes; `partition_groups` on when a test parametrizes it indirectly."""
+    """Three nodes; `partition_groups` on when a test parametrizes it indirectly, else
+    the nodes' default (RAFTSINK_CLUSTER_PARTITION_GROUPS, as GROUPS_BY_ENV reads it)."""
     c = SinkProcessCluster(
         str(tmp_path),
         default_partitions=PARTITIONS,
         extra_args=["--raft-election-ticks", str(ELECTION_TICKS)],
-        partition_groups=getattr(request, "param", False),
+        partition_groups=getattr(request, "param", None),
     )
     c.start()
     try:
