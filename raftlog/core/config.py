@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -45,6 +45,15 @@ class RaftConfig:
     """Initial voters, used only when neither the snapshot nor the log has a config."""
     learners: Sequence[int] = ()
     """Initial learners (non-voting replicas), under the same condition as peers."""
+    incarnations: Mapping[int, int] = field(default_factory=dict)
+    """Initial recorded incarnations of peers, under the same condition as peers
+    (empty: none, the group is founded as docs/raft-core.md "Node identity" says).
+    Given, the initial configuration is *sealed*: a member votes only from the
+    storage recorded for it, so no founding round needs every voter. Safe only
+    where every replica derives the same map from one committed decision and a
+    storage can carry a recorded incarnation only if it never held the group's
+    state (partition groups: the controller's placement entry records each
+    replica's host incarnation, which only storage the host never had takes)."""
     election_tick: int = 10
     """T: followers campaign after a random timeout in [T, 2T) ticks."""
     heartbeat_tick: int = 1

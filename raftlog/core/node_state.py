@@ -82,6 +82,12 @@ class RawNode(IdentityRules, Elections, Quiescence, FollowerSide, LeaderSide, Re
             raise ValueError("node ids are >= 1")
         if config.heartbeat_tick >= config.election_tick:
             raise ValueError("heartbeat_tick must be < election_tick")
+        stray = set(config.incarnations) - set(config.peers) - set(config.learners)
+        if stray or not all(0 < i < 1 << 63 for i in config.incarnations.values()):
+            raise ValueError(
+                f"initial incarnations {dict(config.incarnations)}: for peers or "
+                "learners only, each in [1, 2**63)"
+            )
         hs = hard_state or HardState()
         self.cfg = config
         self.id = config.id
@@ -138,7 +144,8 @@ class RawNode(IdentityRules, Elections, Quiescence, FollowerSide, LeaderSide, Re
         if meta.data:
             hist = [(meta.index, Membership.decode(meta.data))]
         else:
-            hist = [(meta.index, Membership.of(self.cfg.peers, self.cfg.learners))]
+            boot = Membership.of(self.cfg.peers, self.cfg.learners, self.cfg.incarnations)
+            hist = [(meta.index, boot)]
         finder = getattr(reader, "config_entries", None)
         if finder is not None:
             # Storage indexes CONFIG entries: restart cost does not grow with the log.

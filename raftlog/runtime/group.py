@@ -95,7 +95,8 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
     used for the initial configuration (when the log has none) and as leader
     address hints in NotLeaderError. Storage: log_dir / snapshot_dir when given
     (a single-group node's own layout), else the host's LogEnvironment under
-    groups/<group id>/.
+    groups/<group id>/. incarnations: the initial configuration's recorded storage
+    incarnations (RaftConfig.incarnations: a sealed start, no founding round).
     """
 
     def __init__(
@@ -110,6 +111,7 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
         compaction_limit: Callable[[], int | None] | None = None,
         log_dir: str | None = None,
         snapshot_dir: str | None = None,
+        incarnations: dict[int, int] | None = None,
     ) -> None:
         node_id = host.node_id
         if node_id not in peers and not join:
@@ -120,6 +122,8 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
         self._log_dir = log_dir
         self._snapshot_dir = snapshot_dir
         self.peers = dict(peers)
+        # The initial configuration's recorded incarnations (RaftConfig.incarnations)
+        self._incarnations = {n: i for n, i in (incarnations or {}).items() if n in peers}
         self.fsm = fsm
         self.transport = host.transport
         self.options = options or NodeOptions()
@@ -200,6 +204,7 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
         cfg = core.RaftConfig(
             id=self.id,
             peers=() if self._join else sorted(self.peers),
+            incarnations={} if self._join else self._incarnations,
             election_tick=opts.election_ticks,
             heartbeat_tick=opts.heartbeat_ticks,
             max_msg_bytes=opts.max_append_bytes,

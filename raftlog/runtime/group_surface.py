@@ -76,6 +76,12 @@ class GroupReadSurface:
         m = core_.membership
         return {"voters": sorted(m.voters), "learners": sorted(m.learners)}
 
+    def incarnations(self) -> dict[int, int]:
+        """The storage incarnations the current configuration records, by node id
+        (empty while opening, with identity off, or before founding)."""
+        core_ = getattr(self, "core", None)
+        return {} if core_ is None else core_.membership.incarnation_map()
+
     def identity_status(self) -> dict:
         """This node's storage identity in the group: its incarnation, the one the
         membership records for it, and whether it may vote now (`raftsink status`)."""

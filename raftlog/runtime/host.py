@@ -201,8 +201,10 @@ class RaftHost(HostBeats, HostLiveness, HostTicks):
         seed: int | None = None,
         join: bool = False,
         compaction_limit: Callable[[], int | None] | None = None,
+        incarnations: dict[int, int] | None = None,
     ) -> RaftGroup:
-        """Create (or reopen, from groups/<group_id>/) a group's replica and start it."""
+        """Create (or reopen, from groups/<group_id>/) a group's replica and start it
+        (incarnations: a sealed start, RaftGroup)."""
         group = RaftGroup(
             self,
             group_id,
@@ -212,6 +214,7 @@ class RaftHost(HostBeats, HostLiveness, HostTicks):
             seed=seed,
             join=join,
             compaction_limit=compaction_limit,
+            incarnations=incarnations,
         )
         await self.start_group(group)
         return group

@@ -81,6 +81,7 @@ class Cluster:
         learners: Iterable[int] = (),
         seed: int = 0,
         incarnations: bool = False,
+        sealed: dict[int, int] | None = None,
         **cfg: object,
     ) -> None:
         self.voters = tuple(voters)
@@ -90,6 +91,8 @@ class Cluster:
         # with incarnations, node i's storage starts as incarnation 1000 + i; a wipe
         # gives it a new one (wipe())
         self.incarnations = incarnations
+        # a sealed start (RaftConfig.incarnations) for the initial peers
+        self.sealed = dict(sealed or {})
         self.peers: dict[int, Peer] = {}
         self.cut_links: set[tuple[int, int]] = set()
         self.filters: list[MessageFilter] = []
@@ -101,6 +104,9 @@ class Cluster:
         cfg = RaftConfig(id=i, peers=tuple(peers), learners=tuple(learners), **self.base_cfg)  # type: ignore[arg-type]
         if self.incarnations:
             cfg = replace(cfg, incarnation=1000 + i)
+        members = set(cfg.peers) | set(cfg.learners)
+        if self.sealed and members:
+            cfg = replace(cfg, incarnations={n: v for n, v in self.sealed.items() if n in members})
         st = MemoryStorage()
         p = Peer(i, cfg, st, RawNode(cfg, st, random.Random(self.rng.random())))
         self.peers[i] = p

@@ -243,6 +243,9 @@ class DataGroups:
             # A move's new replica joins: with an empty log it must not take `peers` as
             # its configuration (it would count itself a voter and could campaign).
             join=self.node_id not in g.replicas,
+            # A sealed start (PLACE_TOPIC's incarnations): no founding round, so a
+            # group placed while one replica is down still elects.
+            incarnations=g.incarnation_map(),
         )
         group_box.append(group)
         retention = RetentionWorker(fsm, group, self.retention_interval_s)

@@ -231,7 +231,10 @@ class PartitionRouting:
             replicas = place_partitions(topology, partitions, rf, topic=name)
         except PlacementError as exc:
             return CreateTopicResult(exc.code, None)
-        data = encode_place_topic(name, partitions, uuid.uuid4(), configs, replicas)
+        # The controller's recorded incarnations: the new groups' sealed start
+        # (sink/state/placement_table.py, PLACE_TOPIC)
+        incs = svc.node.incarnations()
+        data = encode_place_topic(name, partitions, uuid.uuid4(), configs, replicas, incs)
         try:
             res = await svc.node.apply(data, timeout=svc.options.produce_timeout_s)
         except Exception as exc:
@@ -299,7 +302,8 @@ class PartitionRouting:
                 return exc.code, str(exc)
             if validate_only:
                 return ErrorCode.none, None
-            data = encode_add_partitions(name, info.topic_id, count, replicas)
+            incs = svc.node.incarnations()
+            data = encode_add_partitions(name, info.topic_id, count, replicas, incs)
             try:
                 res = await svc.node.apply(data, timeout=svc.options.produce_timeout_s)
             except Exception as exc:

@@ -401,7 +401,7 @@ class SinkStateMachine(StateMachine):
             self.data.drop_partition((tid, p))
         if configs:
             self.topic_configs.set(c.name, configs)
-        self.placement.place(tid, c.replicas)
+        self.placement.place(tid, c.replicas, incarnations=c.incarnations)
         return res
 
     def _apply_move(self, tag: int, e: LogEntry) -> str | None:
@@ -436,7 +436,7 @@ class SinkStateMachine(StateMachine):
             return topic_admin.CreatePartitionsResult(ErrorCode.invalid_request, info)
         if c.first != info.partitions:
             return topic_admin.CreatePartitionsResult(ErrorCode.invalid_partitions, info)
-        self.placement.place(tid, c.replicas, first=c.first)
+        self.placement.place(tid, c.replicas, first=c.first, incarnations=c.incarnations)
         new = info._replace(partitions=c.partitions)
         self._add_topic(new)
         return topic_admin.CreatePartitionsResult(ErrorCode.none, new)

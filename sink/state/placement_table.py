@@ -6,9 +6,21 @@ partition groups"). Applied by SinkStateMachine (the controller group, group 0).
 
     PLACE_TOPIC     b"W" | JSON {"name": str, "partitions": int, "topic_id": hex,
                                  "configs": {config: value} (may be empty),
-                                 "replicas": [[node, ...] per partition]}
+                                 "replicas": [[node, ...] per partition],
+                                 "incarnations": {"node": int} (optional, below)}
     ADD_PARTITIONS  b"N" | JSON {"name": str, "topic_id": hex, "partitions": int (the
-                                 new count), "replicas": [[node, ...] per NEW partition]}
+                                 new count), "replicas": [[node, ...] per NEW partition],
+                                 "incarnations": {"node": int} (optional)}
+                    ("incarnations": the storage incarnations the controller's
+                    configuration recorded for the replicas when the proposer placed
+                    them. A new group starts from them *sealed*
+                    (raftlog RaftConfig.incarnations): a replica whose storage of the
+                    group is new to its host carries the host's incarnation and
+                    votes at once, so a group placed while one replica is down
+                    elects with the others, instead of waiting for a founding round
+                    that needs every voter. A storage that lost the group's state,
+                    or a wiped host, has another incarnation: a replacement, admitted
+                    by the leader once caught up. Absent (older entries): founded.)
                     (CreatePartitions: partitions count - len(replicas) .. count - 1;
                     applies only while the topic has that id and exactly
                     count - len(replicas) partitions, so a replayed or raced entry
@@ -50,7 +62,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 PLACE_TOPIC = 0x57  # "W"
@@ -67,6 +79,7 @@ class PlaceTopicCmd(NamedTuple):
     topic_id: uuid.UUID
     configs: dict[str, str]
     replicas: list[tuple[int, ...]]
+    incarnations: dict[int, int] = {}
 
 
 class AddPartitionsCmd(NamedTuple):
@@ -76,6 +89,7 @@ class AddPartitionsCmd(NamedTuple):
     """The topic's partition count once applied."""
     replicas: list[tuple[int, ...]]
     """One list per new partition, in partition order (first = preferred)."""
+    incarnations: dict[int, int] = {}
 
     @property
     def first(self) -> int:
@@ -95,6 +109,13 @@ class GroupPlacement(NamedTuple):
     leaving: tuple[int, ...] = ()
     """Nodes an earlier target of this move added and the current one dropped (a
     cancel, a new target): still hosting until the move is done."""
+    incarnations: tuple[tuple[int, int], ...] = ()
+    """(node, incarnation) of the replicas as placed: the group's sealed start
+    (empty: a founding round). Kept through moves: only a replica whose storage
+    carries exactly one of these votes without being admitted."""
+
+    def incarnation_map(self) -> dict[int, int]:
+        return dict(self.incarnations)
 
     @property
     def members(self) -> tuple[int, ...]:
@@ -132,15 +153,44 @@ def encode_place_topic(
     topic_id: uuid.UUID,
     configs: dict[str, str] | None,
     replicas: Sequence[Sequence[int]],
+    incarnations: Mapping[int, int] | None = None,
 ) -> bytes:
-    body = {
+    body: dict[str, Any] = {
         "name": name,
         "partitions": partitions,
         "topic_id": topic_id.hex,
         "configs": dict(configs or {}),
         "replicas": [list(r) for r in replicas],
     }
+    _put_incarnations(body, replicas, incarnations)
     return b"W" + json.dumps(body, separators=(",", ":")).encode()
+
+
+def _put_incarnations(
+    body: dict[str, Any],
+    replicas: Sequence[Sequence[int]],
+    incarnations: Mapping[int, int] | None,
+) -> None:
+    used = {n for r in replicas for n in r}
+    incs = {str(n): int(i) for n, i in sorted((incarnations or {}).items()) if n in used and i}
+    if incs:
+        body["incarnations"] = incs
+
+
+def _incarnations(raw: Any, what: str) -> dict[int, int]:
+    """The optional "incarnations" map: node id >= 1 -> incarnation in [1, 2**63)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{what}: incarnations must be an object")
+    out = {}
+    for k, v in raw.items():
+        if not isinstance(k, str) or not k.isdigit() or int(k) < 1:
+            raise ValueError(f"{what}: bad node id {k!r} in incarnations")
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 1 << 63:
+            raise ValueError(f"{what}: bad incarnation {v!r} of node {k}")
+        out[int(k)] = v
+    return out
 
 
 def decode_place_topic(data: bytes) -> PlaceTopicCmd:
@@ -150,20 +200,31 @@ def decode_place_topic(data: bytes) -> PlaceTopicCmd:
     if len(replicas) != partitions or any(not r or len(set(r)) != len(r) for r in replicas):
         raise ValueError(f"PLACE_TOPIC: {partitions} partitions with replicas {replicas}")
     configs = {str(k): str(v) for k, v in body.get("configs", {}).items()}
+    incarnations = _incarnations(body.get("incarnations"), "PLACE_TOPIC")
     return PlaceTopicCmd(
-        str(body["name"]), partitions, uuid.UUID(hex=body["topic_id"]), configs, replicas
+        str(body["name"]),
+        partitions,
+        uuid.UUID(hex=body["topic_id"]),
+        configs,
+        replicas,
+        incarnations,
     )
 
 
 def encode_add_partitions(
-    name: str, topic_id: uuid.UUID, partitions: int, replicas: Sequence[Sequence[int]]
+    name: str,
+    topic_id: uuid.UUID,
+    partitions: int,
+    replicas: Sequence[Sequence[int]],
+    incarnations: Mapping[int, int] | None = None,
 ) -> bytes:
-    body = {
+    body: dict[str, Any] = {
         "name": name,
         "topic_id": topic_id.hex,
         "partitions": partitions,
         "replicas": [list(r) for r in replicas],
     }
+    _put_incarnations(body, replicas, incarnations)
     return b"N" + json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -184,7 +245,7 @@ def decode_add_partitions(data: bytes) -> AddPartitionsCmd:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"ADD_PARTITIONS: unreadable JSON: {exc}") from None
     keys = {"name", "topic_id", "partitions", "replicas"}
-    if not isinstance(body, dict) or set(body) != keys:
+    if not isinstance(body, dict) or not keys <= set(body) <= keys | {"incarnations"}:
         raise ValueError(f"ADD_PARTITIONS: expected the keys {sorted(keys)}")
     name, tid, raw = body["name"], body["topic_id"], body["replicas"]
     if not isinstance(name, str) or not name:
@@ -209,7 +270,8 @@ def decode_add_partitions(data: bytes) -> AddPartitionsCmd:
         raise ValueError(
             f"ADD_PARTITIONS: {len(replicas)} new partition(s) cannot make {partitions}"
         )
-    return AddPartitionsCmd(name, topic_id, partitions, replicas)
+    incarnations = _incarnations(body.get("incarnations"), "ADD_PARTITIONS")
+    return AddPartitionsCmd(name, topic_id, partitions, replicas, incarnations)
 
 
 def _node_list(raw: Any, what: str) -> tuple[int, ...]:
@@ -270,10 +332,17 @@ class PlacementTable:
         self.next_group_id = FIRST_DATA_GROUP
         self.version = 0  # rises with every change (watchers compare it)
 
-    def place(self, topic_id: str, replicas: Sequence[Sequence[int]], first: int = 0) -> list[int]:
+    def place(
+        self,
+        topic_id: str,
+        replicas: Sequence[Sequence[int]],
+        first: int = 0,
+        incarnations: Mapping[int, int] | None = None,
+    ) -> list[int]:
         """Allocate one group per partition first, first + 1, ... (in order) -> their
-        ids. A partition is in at most one group: if one of them is placed already,
-        ValueError and nothing changes."""
+        ids, each with its replicas' incarnations. A partition is in at most one group:
+        if one of them is placed already, ValueError and nothing changes."""
+        incs = incarnations or {}
         taken = [p for p in range(first, first + len(replicas)) if (topic_id, p) in self.by_part]
         if taken:
             raise ValueError(f"partitions {taken} of {topic_id} are already placed")
@@ -281,7 +350,8 @@ class PlacementTable:
         for p, r in enumerate(replicas, start=first):
             gid = self.next_group_id
             self.next_group_id += 1
-            self.groups[gid] = GroupPlacement(gid, topic_id, p, tuple(r))
+            sealed = tuple((n, incs[n]) for n in sorted(r) if incs.get(n))
+            self.groups[gid] = GroupPlacement(gid, topic_id, p, tuple(r), incarnations=sealed)
             self.by_part[(topic_id, p)] = gid
             out.append(gid)
         self.version += 1
@@ -348,7 +418,7 @@ class PlacementTable:
     # ------------------------------------------------------------ snapshots
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "next": self.next_group_id,
             # a fifth item (target) only while a move is pending, a sixth (leaving)
             # only while it has one (older snapshots have four)
@@ -359,6 +429,10 @@ class PlacementTable:
                 for g in self
             ],
         }
+        sealed = {str(g.group): [list(p) for p in g.incarnations] for g in self if g.incarnations}
+        if sealed:  # absent in older snapshots: those groups were founded
+            out["incarnations"] = sealed
+        return out
 
     @classmethod
     def from_json(cls, state: dict[str, Any] | None) -> PlacementTable:
@@ -367,10 +441,12 @@ class PlacementTable:
         if not state:
             return table
         table.next_group_id = int(state["next"])
+        sealed = state.get("incarnations", {})
         for gid, tid, p, replicas, *rest in state["groups"]:
             target = tuple(rest[0]) if rest else ()
             leaving = tuple(rest[1]) if len(rest) > 1 else ()
-            table.groups[gid] = GroupPlacement(gid, tid, p, tuple(replicas), target, leaving)
+            incs = tuple((int(n), int(i)) for n, i in sealed.get(str(gid), ()))
+            table.groups[gid] = GroupPlacement(gid, tid, p, tuple(replicas), target, leaving, incs)
             table.by_part[(tid, p)] = gid
         table.version = 1
         return table

@@ -9,9 +9,11 @@ it up and admitted it again.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from raftlog.core import Membership, ProposalDroppedError, Role
+from raftlog.core import MemoryStorage, Membership, ProposalDroppedError, RaftConfig, RawNode, Role
 from raftlog.core.messages import (
     IDENTITY_LEGACY,
     IDENTITY_SEALED,
@@ -318,3 +320,67 @@ def test_a_leader_replaces_a_member_only_on_what_it_answered_in_this_term():
     )
     change = node.identity_change()
     assert change is not None and change.incarnation_of(f1) == 4243 and f1 in change.learners
+
+
+# ------------------------------------------------------------ sealed start
+# A partition group's data group starts from the controller's recorded incarnations
+# (RaftConfig.incarnations): no founding round, which needs every voter.
+
+SEALED = {1: 1001, 2: 1002, 3: 1003}
+
+
+def test_an_unsealed_group_with_one_voter_down_never_founds():
+    """The gap a sealed start closes: founding waits for every voter's word."""
+    c = Cluster((1, 2, 3), seed=5, incarnations=True)
+    c.crash(3)
+    for _ in range(400):
+        c.tick(1)
+        c.tick(2)
+    assert c.leader() is None
+    assert not c.node(1).may_vote and not c.node(2).may_vote
+
+
+def test_a_sealed_start_elects_with_one_voter_down_and_admits_it_later():
+    c = Cluster((1, 2, 3), seed=5, incarnations=True, sealed=SEALED)
+    c.crash(3)
+    lead = _until_leader(c, (1, 2))
+    log = c.peers[lead].log()
+    # nothing to record: no founding seal entry before the data
+    assert not [e for e in log if e.type.name == "CONFIG"], log
+    for k in range(5):
+        c.propose(lead, b"rec-%d" % k)
+    assert c.node(lead).log.committed == c.node(lead).log.last_index()
+    # node 3 starts for the first time: its storage is the one recorded, so it votes
+    # at once (it never voted or acknowledged anything, so it forgot nothing)
+    c.restart(3)
+    assert c.node(3).may_vote
+    c.tick_all(40)
+    assert [d for d in c.peers[3].applied if d.startswith(b"rec-")] == [
+        b"rec-%d" % k for k in range(5)
+    ]
+    assert c.node(c.leader()).membership == Membership.of((1, 2, 3), (), SEALED)
+
+
+def test_a_sealed_start_keeps_a_storage_it_does_not_record_from_voting():
+    """Node 3 comes up under another incarnation than the placement recorded (its host
+    was wiped since): a replacement until the leader has caught it up and admitted it."""
+    c = Cluster((1, 2, 3), seed=5, incarnations=True, sealed=SEALED)
+    c.crash(3)
+    lead = _until_leader(c, (1, 2))
+    c.propose(lead, b"rec-0")
+    c.wipe(3)  # a new incarnation (1103), the sealed configuration still says 1003
+    n = c.node(3)
+    assert n.is_replacement() and not n.may_vote
+    c.tick_all(60)
+    m = c.node(c.leader()).membership
+    assert m.voters == {1, 2, 3} and not m.pending, m
+    assert m.incarnation_of(3) == 1103
+    assert c.node(3).may_vote
+    assert b"rec-0" in c.peers[3].applied
+
+
+def test_sealed_start_incarnations_must_name_members():
+    for bad in ({4: 7}, {1: 0}, {1: 1 << 63}):
+        cfg = RaftConfig(id=1, peers=(1, 2, 3), incarnations=bad)
+        with pytest.raises(ValueError, match="initial incarnations"):
+            RawNode(cfg, MemoryStorage(), random.Random(1))

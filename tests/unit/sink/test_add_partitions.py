@@ -111,6 +111,13 @@ def _raw(**body) -> bytes:
         _raw(replicas=[["1", 2], [2, 1]]),
         _raw(replicas=[1, 2]),
         _raw(replicas={"0": [1, 2]}),
+        _raw(incarnations=[1, 2]),  # the optional sealed start, malformed
+        _raw(incarnations={"x": 5}),
+        _raw(incarnations={"0": 5}),
+        _raw(incarnations={"1": 0}),
+        _raw(incarnations={"1": 2**63}),
+        _raw(incarnations={"1": "5"}),
+        _raw(incarnations={"1": True}),
     ],
 )
 def test_decoding_refuses_every_malformed_entry(data):
@@ -351,6 +358,9 @@ class FakeNode:
     def is_leader(self) -> bool:
         return self.leader
 
+    def incarnations(self) -> dict[int, int]:
+        return {1: 11, 2: 22, 3: 33}
+
     async def apply(self, data: bytes, timeout: float):
         self.proposed.append(data)
         await asyncio.sleep(0)  # another request may run meanwhile
@@ -391,6 +401,8 @@ def test_routing_grows_a_placed_topic_through_one_entry():
     asyncio.run(run())
     rows = ctl.fsm.placement.of_topic(T.hex)
     assert [g.partition for g in rows] == list(range(6)) and len(node.proposed) == 1
+    # the new groups start sealed with the controller's recorded incarnations
+    assert all(g.incarnation_map() == {1: 11, 2: 22, 3: 33} for g in rows[3:])
     assert all(sorted(g.replicas) == [1, 2, 3] for g in rows)
 
 

@@ -15,7 +15,11 @@ from sink.state import SinkStateMachine, admin_commands, commands
 from sink.state.placement_table import (
     PLACE_TOPIC,
     PlacementTable,
+    decode_add_partitions,
     decode_place_topic,
+    encode_add_partitions,
+    encode_move,
+    encode_move_done,
     encode_place_topic,
 )
 from tests.helpers.state_log import StateLog
@@ -103,3 +107,56 @@ def test_a_one_group_snapshot_has_no_placement_key_and_old_snapshots_load_empty(
     loaded.on_snapshot_load(c.fsm.on_snapshot_save())
     assert len(loaded.placement) == 0 and loaded.placement.next_group_id == 1
     assert PlacementTable.from_json(None).to_json() == PlacementTable().to_json()
+
+
+# ------------------------------------------------- sealed start (incarnations)
+
+
+def test_placement_records_the_replicas_incarnations_for_a_sealed_start():
+    """Each new group keeps the incarnations of ITS replicas (a node's host incarnation,
+    as the controller recorded it); nodes the entry does not know are left out, and an
+    entry without the key (older nodes) places founded groups as before."""
+    incs = {1: 11, 2: 22, 3: 33, 9: 99}
+    data = encode_place_topic("t", 2, T, None, [(1, 2), (2, 3)], incs)
+    assert json.loads(data[1:])["incarnations"] == {"1": 11, "2": 22, "3": 33}
+    assert decode_place_topic(data).incarnations == {1: 11, 2: 22, 3: 33}
+    c = Ctl()
+    c.apply(data)
+    g1, g2 = c.fsm.placement.of_topic(T.hex)
+    assert g1.incarnation_map() == {1: 11, 2: 22} and g2.incarnation_map() == {2: 22, 3: 33}
+    c.apply(encode_add_partitions("t", T, 3, [(3, 1)], {3: 33}))  # node 1 unknown: left out
+    assert c.fsm.placement.group_of(T.hex, 2).incarnation_map() == {3: 33}
+    assert decode_add_partitions(encode_add_partitions("t", T, 3, [(3, 1)])).incarnations == {}
+    c.apply(encode_place_topic("u", 1, U, None, [(1, 2)]))
+    assert c.fsm.placement.group_of(U.hex, 0).incarnations == ()
+
+
+def test_incarnations_survive_moves_and_snapshots():
+    c = Ctl()
+    c.apply(encode_place_topic("t", 1, T, None, [(1, 2, 3)], {1: 11, 2: 22, 3: 33}))
+    c.apply(encode_place_topic("u", 1, U, None, [(1, 2, 3)]))  # founded (no map)
+    g = c.fsm.placement.group_of(T.hex, 0)
+    c.apply(encode_move(g.group, (1, 2, 3), (1, 2, 4)))
+    c.apply(encode_move_done(g.group, (1, 2, 4)))
+    g = c.fsm.placement.group_of(T.hex, 0)
+    assert g.replicas == (1, 2, 4) and g.incarnation_map() == {1: 11, 2: 22, 3: 33}
+    state = _snapshot(c.fsm)["placement"]
+    assert state["incarnations"] == {str(g.group): [[1, 11], [2, 22], [3, 33]]}
+    loaded = SinkStateMachine()
+    loaded.on_snapshot_load(c.fsm.on_snapshot_save())
+    assert loaded.placement.to_json() == c.fsm.placement.to_json()
+    assert loaded.placement.group_of(U.hex, 0).incarnations == ()
+    assert PlacementTable.from_json({"next": 2, "groups": [[1, T.hex, 0, [1, 2]]]}).groups[
+        1
+    ].incarnations == ()  # a snapshot from before sealed starts
+
+
+@pytest.mark.parametrize("bad", [[1], {"a": 1}, {"-1": 1}, {"1": 0}, {"1": 2**63}, {"1": 1.5}])
+def test_malformed_incarnations_refuse_the_placement(bad):
+    body = json.loads(encode_place_topic("t", 1, T, None, [(1, 2)])[1:])
+    body["incarnations"] = bad
+    data = b"W" + json.dumps(body).encode()
+    with pytest.raises(ValueError):
+        decode_place_topic(data)
+    c = Ctl()
+    assert c.apply(data).error == ErrorCode.invalid_config and c.fsm.topic("t") is None
