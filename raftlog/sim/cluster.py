@@ -138,6 +138,11 @@ class SimCluster(SimNetwork, SimBeats, SimLifecycle, SimStorageLoss):
                     snapshot_chunk_bytes=params.snapshot_chunk_bytes,
                     group_id=g,
                     incarnation=self.hosts[i].incarnation,
+                    incarnations=(
+                        {v: self.hosts[v].incarnation for v in voters}
+                        if params.sealed and params.identity and i in voters
+                        else {}
+                    ),
                     quiesce_ticks=params.quiesce_ticks,
                 )
                 grp.nodes[i] = SimNode(i, cfg, gid=g)

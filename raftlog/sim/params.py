@@ -39,6 +39,10 @@ class SimParams:
     """Probability that a crash or partition targets the current leader."""
     identity: bool = False
     """Nodes run with incarnations (docs/raft-core.md, "Node identity")."""
+    sealed: bool = False
+    """With identity: every group starts from a configuration that records its voters'
+    incarnations (RaftConfig.incarnations, partition groups' sealed start) instead of
+    founding; a storage lost since is a replacement like any other."""
     storage_loss_weight: int = 0
     """Relative frequency of storage-loss faults among the chaos actions."""
     loss_kinds: tuple[str, ...] = ("all", "hard_state", "suffix", "middle")

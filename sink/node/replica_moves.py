@@ -276,6 +276,10 @@ class MoveDriver:
         self.step_timeout_s = step_timeout_s
         self.caught_up = CatchUp()
         self._busy: set[int] = set()
+        # group -> the target whose MOVE_DONE committed: this node's controller replica
+        # may still show that target for a moment (it applies after the controller's
+        # leader); asking again would only be refused as stale
+        self._finished: dict[int, tuple[int, ...]] = {}
         self.steps = 0
         self.finished = 0
         self.failed = 0
@@ -284,7 +288,11 @@ class MoveDriver:
         self, gid: int, group: Any, target: tuple[int, ...], wake: Callable[[], None]
     ) -> None:
         """If this node leads group and no step of it is in flight: take the next step."""
+        if self._finished.get(gid) not in (None, target):
+            del self._finished[gid]  # a new move of the group
         if not target or gid in self._busy or not group.is_leader():
+            return
+        if self._finished.get(gid) == target:
             return
         m = group.membership()
         step = next_step(
@@ -314,6 +322,7 @@ class MoveDriver:
         t = self.step_timeout_s
         if step is None:
             await self.finish(gid, target)
+            self._finished[gid] = target
             self.finished += 1
             log.info("sink.moves group=%d done: replicas %s", gid, list(target))
             return

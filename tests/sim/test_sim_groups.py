@@ -73,6 +73,19 @@ def test_multi_group_storage_loss_seeds():
     assert sum(r.losses for r in report.results) > 0  # the fault really ran
 
 
+def test_multi_group_sealed_start_storage_loss_seeds():
+    """Groups started sealed (partition groups: the placement records each replica's
+    incarnation, no founding round) under the same disk losses: a node that lost its
+    storage never votes from the configuration it started with."""
+    n = int(os.environ.get("RAFTSINK_SIM_GROUP_LOSS_SEEDS", 20))
+    start = int(os.environ.get("RAFTSINK_SIM_SEED_START", 0))
+    report = sweep(
+        (seed, {"groups": 8, "sealed": True, **LOSSY}) for seed in range(start, start + n)
+    )
+    assert not report.failures, report.failure_text()
+    assert sum(r.losses for r in report.results) > 0
+
+
 def test_checker_catches_an_entry_cache_keyed_without_the_group(monkeypatch):
     """Mutation check of I1: a transport cache of encoded entries keyed by (first
     index, last index, last term) without the group id (issue 16's first defect)

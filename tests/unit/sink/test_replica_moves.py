@@ -180,10 +180,41 @@ def test_the_driver_takes_one_step_per_round_and_waits_for_catch_up():
     assert g.calls == ["learner 4 h:4", "voter 4", "transfer 4"] and not finished
     g.leader = 1  # as if this node were the new leader with node 1 gone from the target
     g.voters = [4, 2, 3]
-    asyncio.run(rounds(g, 2))
-    # Done: MOVE_DONE is asked for (again each round until the target clears: a
-    # repeated one is stale and refused by the controller, harmlessly).
-    assert finished and set(finished) == {(7, (4, 2, 3))}
+    asyncio.run(rounds(g, 3))
+    # Done: MOVE_DONE is asked for once; later rounds that still see the target (this
+    # node's controller replica applies it after the controller's leader) do not ask
+    # again (a repeat would be refused as stale).
+    assert finished == [(7, (4, 2, 3))]
+
+
+def test_the_driver_retries_a_refused_move_done_and_forgets_a_finished_target():
+    calls: list[tuple] = []
+
+    async def finish(gid, target):
+        calls.append((gid, target))
+        if len(calls) == 1:
+            raise RuntimeError("move_done refused: the controller moved")
+
+    async def run() -> None:
+        driver = MoveDriver(1, lambda n: f"h:{n}", finish)
+        g = Group([1, 2, 4])
+        for _ in range(4):
+            driver.drive(7, g, (1, 2, 4), lambda: None)
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        assert calls == [(7, (1, 2, 4))] * 2 and driver.failed == 1 and driver.finished == 1
+        # the group moves again (to a list this node's voters already equal after a
+        # move back): the new target is finished anew
+        driver.drive(7, g, (1, 2, 3), lambda: None)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        g.voters, g.learners = [1, 2, 4], []  # (the step it took, undone)
+        driver.drive(7, g, (1, 2, 4), lambda: None)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert calls[-1] == (7, (1, 2, 4)) and len(calls) == 3
+
+    asyncio.run(run())
 
 
 def test_members_request_checks_the_move_fields():
