@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from raftlog.core import MemoryStorage, Membership, ProposalDroppedError, RaftConfig, RawNode, Role
+from raftlog.core import Membership, MemoryStorage, ProposalDroppedError, RaftConfig, RawNode, Role
 from raftlog.core.messages import (
     IDENTITY_LEGACY,
     IDENTITY_SEALED,

@@ -146,9 +146,12 @@ def test_incarnations_survive_moves_and_snapshots():
     loaded.on_snapshot_load(c.fsm.on_snapshot_save())
     assert loaded.placement.to_json() == c.fsm.placement.to_json()
     assert loaded.placement.group_of(U.hex, 0).incarnations == ()
-    assert PlacementTable.from_json({"next": 2, "groups": [[1, T.hex, 0, [1, 2]]]}).groups[
-        1
-    ].incarnations == ()  # a snapshot from before sealed starts
+    assert (
+        PlacementTable.from_json({"next": 2, "groups": [[1, T.hex, 0, [1, 2]]]})
+        .groups[1]
+        .incarnations
+        == ()
+    )  # a snapshot from before sealed starts
 
 
 @pytest.mark.parametrize("bad", [[1], {"a": 1}, {"-1": 1}, {"1": 0}, {"1": 2**63}, {"1": 1.5}])
