@@ -246,8 +246,10 @@ def main() -> int:
         load = Load(cluster.bootstrap_servers, args.size, args.partitions)
         max_rate = load.probe(args.probe_s)
         rate = max_rate * args.load
+        layout = "partition groups" if cluster.partition_groups else "one Raft group"
         print(
-            f"max produce rate {max_rate:.0f} records/s; soak at {rate:.0f} records/s", flush=True
+            f"{layout}; max produce rate {max_rate:.0f} records/s; soak at {rate:.0f} records/s",
+            flush=True,
         )
         pids = {i: n.proc.pid for i, n in cluster.nodes.items()}
         acked_before = load.acked
@@ -302,6 +304,7 @@ def main() -> int:
     # What one retention window holds at the rate achieved (per node: every node has it all).
     retained_mb = achieved * args.size * args.retention_minutes * 60 / MB
     out = {
+        "partition_groups": cluster.partition_groups,
         "minutes": args.minutes,
         "retention_minutes": args.retention_minutes,
         "record_bytes": args.size,
