@@ -46,7 +46,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     grpc_env.apply()
     from sink.config import ConfigError, flag_overrides, load_config
     from sink.node import run_on_event_loop, serve
-    from sink.node.serve import EXIT_STORAGE_FAILURE, RepairRestart
+    from sink.node.serve import EXIT_STOP_INCOMPLETE, EXIT_STORAGE_FAILURE, RepairRestart
 
     overrides, sources = flag_overrides(args)
     try:
@@ -63,15 +63,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except RepairRestart:
         _restart_for_repair()
     except SystemExit as exc:
-        if exc.code != EXIT_STORAGE_FAILURE:
+        if exc.code not in (EXIT_STORAGE_FAILURE, EXIT_STOP_INCOMPLETE):
             raise
         # A crash-stop: what could be stopped was, and what is durable is on disk. A
-        # worker thread still blocked on the failed disk would hold the interpreter's
-        # exit (it joins them) and keep the process alive, its ports bound.
+        # worker thread still blocked (on the failed disk, in the stuck step) would hold
+        # the interpreter's exit (it joins them) and keep the process alive, its ports
+        # bound.
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(EXIT_STORAGE_FAILURE)
+        os._exit(exc.code)
     return 0
 
 

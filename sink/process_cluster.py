@@ -362,6 +362,7 @@ _EXIT_MEANINGS = {
     1: "error at start (see the log)",
     2: "configuration error",
     3: "stopped itself on a storage failure (ENOSPC, EIO, corrupt data)",
+    4: "a graceful stop did not finish in time (raftsink.stop_incomplete in the log)",
 }
 """Exit codes of `raftsink serve` (3 is sink.node.EXIT_STORAGE_FAILURE)."""
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import io
 import logging
 import os
 import signal
@@ -48,6 +49,11 @@ docs/operations.md; `raftsink local` reports it)."""
 EXIT_CONFIG = 2
 """Exit code of a node refused at start-up: a configuration error, or a data directory
 of another cluster or node (raftlog.storage.identity.IdentityError)."""
+
+EXIT_STOP_INCOMPLETE = 4
+"""Exit code of a node whose graceful stop (SIGTERM/SIGINT) did not finish within
+STOP_GRACEFUL_S: it exits anyway, like a crash (everything acknowledged is durable),
+after logging where the stop was stuck (`raftsink.stop_incomplete`)."""
 
 _DISK_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EROFS)
 
@@ -76,6 +82,38 @@ STOP_AFTER_FATAL_S = 10.0
 """Longest wait for a node whose storage failed to stop its parts before it exits
 anyway: a step stuck on the failed disk (an fsync a dying disk never answers) must not
 keep a crash-stopped node half alive, holding its ports."""
+
+STOP_GRACEFUL_S = 20.0
+"""Longest wait for a node's parts to stop after SIGTERM/SIGINT (after the leadership
+hand-off, node.shutdown_handoff_ms): within the 30 s a supervisor (Kubernetes'
+terminationGracePeriodSeconds, systemd's TimeoutStopSec defaults) allows before SIGKILL,
+so a stuck step is logged with its stack instead of vanishing in a SIGKILL."""
+
+
+async def stop_within(node: Any, seconds: float, after: str) -> bool:
+    """Stop node's parts, at most `seconds` -> whether they all stopped. If not, one
+    ERROR line `raftsink.stop_incomplete` with the stuck coroutine's stack (the node
+    exits anyway: what it acknowledged is durable, so this is a crash at worst)."""
+    task = asyncio.ensure_future(node.stop())
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if task in done:
+        if task.exception() is None:
+            return True
+        why = repr(task.exception())
+    else:
+        stack = io.StringIO()
+        task.print_stack(limit=30, file=stack)
+        task.cancel()
+        why = f"still running; stuck at:\n{stack.getvalue()}"
+    log.error(
+        "raftsink.stop_incomplete node=%s: stopping %s did not finish within %.0f s; "
+        "exiting anyway: %s",
+        getattr(getattr(node, "config", None), "node_id", "?"),
+        after,
+        seconds,
+        why,
+    )
+    return False
 
 
 def run_on_event_loop(kind: str, main: Coroutine[Any, Any, T]) -> T:
@@ -131,18 +169,10 @@ async def serve(config: SinkConfig, ready_line: bool = True) -> None:
         # Graceful: a leader hands over before it stops accepting work, so produce
         # stalls for one TimeoutNow round instead of an election timeout.
         await node.hand_off_leadership(config.node.shutdown_handoff_ms / 1000)
-        await node.stop()
+        if not await stop_within(node, STOP_GRACEFUL_S, "on a signal"):
+            raise SystemExit(EXIT_STOP_INCOMPLETE)
     else:
-        try:
-            await asyncio.wait_for(node.stop(), STOP_AFTER_FATAL_S)
-        except Exception as exc:  # TimeoutError included: exit anyway, and say so
-            log.error(
-                "raftsink.stop_incomplete node=%d: stopping after the storage failure did "
-                "not finish within %.0f s (%r); exiting anyway",
-                config.node_id,
-                STOP_AFTER_FATAL_S,
-                exc,
-            )
+        await stop_within(node, STOP_AFTER_FATAL_S, "after the storage failure")
     if node.fatal_error is not None:
         corrupt = _corruption_in(node.fatal_error)
         if corrupt is not None and corrupt.marked and not repair_refused(config):

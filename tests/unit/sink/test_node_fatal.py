@@ -84,3 +84,61 @@ def test_a_node_whose_stop_hangs_after_a_storage_failure_still_exits(monkeypatch
     said = caplog.text
     assert "raftsink.stop_incomplete" in said and "raftsink.node_stopped" in said
     assert "errno=EIO" in said
+
+
+class _StuckOnGracefulStop(_StuckOnStop):
+    """A healthy node whose stop() never returns: SIGTERM must still end it."""
+
+    async def start(self) -> None:
+        pass
+
+    async def hand_off_leadership(self, seconds: float) -> int:
+        return 0
+
+    async def stop(self) -> None:
+        await self._stuck_here()
+
+    async def _stuck_here(self) -> None:
+        await asyncio.Event().wait()
+
+
+def test_a_graceful_stop_that_hangs_exits_with_the_stuck_step_logged(monkeypatch, caplog):
+    import os
+    import signal
+
+    monkeypatch.setattr(serve_mod, "SinkNode", _StuckOnGracefulStop)
+    monkeypatch.setattr(serve_mod, "STOP_GRACEFUL_S", 0.05)
+    config = load_config(None, env={}, overrides=BASE)
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
+        await serve_mod.serve(config, ready_line=False)
+
+    with pytest.raises(SystemExit) as exited:
+        asyncio.run(run())
+    assert exited.value.code == serve_mod.EXIT_STOP_INCOMPLETE
+    said = caplog.text
+    assert "raftsink.stop_incomplete" in said and "on a signal" in said
+    assert "_stuck_here" in said  # where it was stuck, for the bug report
+
+
+def test_a_graceful_stop_that_finishes_exits_cleanly(monkeypatch):
+    import os
+    import signal
+
+    stopped: list[bool] = []
+
+    class _Quick(_StuckOnGracefulStop):
+        async def stop(self) -> None:
+            stopped.append(True)
+
+    monkeypatch.setattr(serve_mod, "SinkNode", _Quick)
+    config = load_config(None, env={}, overrides=BASE)
+
+    async def run() -> None:
+        asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
+        await serve_mod.serve(config, ready_line=False)
+
+    asyncio.run(run())
+    assert stopped == [True]
