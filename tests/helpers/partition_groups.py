@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 import confluent_kafka
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sink.process_cluster import SinkProcessCluster
@@ -142,3 +142,39 @@ def read_back(
     finally:
         consumer.close()
     return got
+
+
+def produce_acked(
+    bootstrap: str, topic: str, partitions: int, first: int, n: int, timeout: float = 120.0
+) -> dict[int, list[tuple[int, bytes]]]:
+    """Records first..first+n-1 (value b"v<i>", partition i % partitions) from an idempotent
+    acks=all producer -> partition -> [(offset, value)] acknowledged. Every delivery must
+    succeed within timeout (the test fails otherwise)."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 2,
+            "message.timeout.ms": int(timeout * 1000) - 1000,
+            "socket.timeout.ms": 5_000,
+            "metadata.max.age.ms": 1_000,
+        }
+    )
+    acked: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+    failed: list[str] = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            failed.append(str(err))
+        else:
+            acked[msg.partition()].append((msg.offset(), msg.value()))
+
+    for i in range(first, first + n):
+        value = f"v{i}".encode()
+        producer.produce(topic, value=value, partition=i % partitions, on_delivery=on_delivery)
+        producer.poll(0)
+    assert producer.flush(timeout) == 0, f"records still in flight after {timeout:.0f} s"
+    assert not failed, f"{len(failed)} deliveries failed, first: {failed[0]}"
+    assert sum(len(v) for v in acked.values()) == n
+    return acked

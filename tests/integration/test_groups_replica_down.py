@@ -23,50 +23,18 @@ import pytest
 
 pytest.importorskip("confluent_kafka")
 
-from confluent_kafka import Producer
-
 from tests.helpers.partition_groups import (
     create_topic,
     groups_cluster,
     kafka_port,
     metadata,
+    produce_acked,
     read_back,
     wait_for,
 )
 
 TOPIC = "half-placed"
 PARTITIONS = 3
-
-
-def produce_all(bootstrap: str, start: int, n: int) -> dict[int, list[int]]:
-    """n acks=all idempotent records over the partitions -> partition -> acked offsets
-    (every delivery must succeed)."""
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 2,
-            "message.timeout.ms": 90_000,
-            "socket.timeout.ms": 5_000,
-            "metadata.max.age.ms": 1_000,
-        }
-    )
-    acked: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
-    failed: list[str] = []
-
-    def on_delivery(err, msg) -> None:
-        if err is not None:
-            failed.append(str(err))
-        else:
-            acked[msg.partition()].append(msg.offset())
-
-    for k in range(start, start + n):
-        producer.produce(TOPIC, value=b"v%d" % k, partition=k % PARTITIONS, on_delivery=on_delivery)
-        producer.poll(0)
-    assert producer.flush(120) == 0, "records still in flight after 120 s"
-    assert not failed, f"{len(failed)} deliveries failed, first: {failed[0]}"
-    return acked
 
 
 def test_a_partition_placed_while_a_replica_is_down_elects_and_takes_it_in_later(tmp_path):
@@ -82,7 +50,7 @@ def test_a_partition_placed_while_a_replica_is_down_elects_and_takes_it_in_later
 
         wait_for(led, 60, lambda: f"leaders on 1 or 2: {metadata(kafka_port(cluster, 1), TOPIC)}")
         live = ",".join(cluster.peers[i].kafka for i in (1, 2))
-        first = produce_all(live, 0, 300)
+        first = produce_acked(live, TOPIC, PARTITIONS, 0, 300)
 
         st1 = asyncio.run(cluster.status(1, timeout=10.0))
         commits = {g["group"]: g["commit"] for g in st1["data_groups"]["groups"]}
@@ -101,9 +69,10 @@ def test_a_partition_placed_while_a_replica_is_down_elects_and_takes_it_in_later
 
         cluster.kill(1)
         live = ",".join(cluster.peers[i].kafka for i in (2, 3))
-        second = produce_all(live, 300, 300)
+        second = produce_acked(live, TOPIC, PARTITIONS, 300, 300)
         expected = {p: len(first[p]) + len(second[p]) for p in range(PARTITIONS)}
         got = read_back(live, TOPIC, expected, 90, "half-placed-check")
         for p in range(PARTITIONS):
             offsets = [o for o, _ in got[p]]
-            assert offsets == sorted(set(offsets)) == sorted(first[p] + second[p]), p
+            acked = [o for o, _ in first[p] + second[p]]
+            assert offsets == sorted(set(offsets)) == sorted(acked), p

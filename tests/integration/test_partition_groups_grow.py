@@ -26,7 +26,6 @@ from confluent_kafka import (  # noqa: E402
     Consumer,
     KafkaError,
     KafkaException,
-    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewPartitions  # noqa: E402
@@ -37,6 +36,7 @@ from tests.helpers.partition_groups import (  # noqa: E402
     groups_cluster,
     kafka_port,
     metadata,
+    produce_acked,
     read_back,
     wait_for,
 )
@@ -163,35 +163,9 @@ def test_grow_a_placed_topic_from_3_to_6_partitions_and_use_them(cluster):
     print("leader, replicas:", {p: (v[0], v[2]) for p, v in sorted(md.items())})
 
     partitions = 7
-    producer = Producer(
-        {
-            "bootstrap.servers": cluster.bootstrap_servers,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 2,
-            "message.timeout.ms": 60_000,
-            "metadata.max.age.ms": 1_000,
-        }
-    )
-    acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
-    failed: list[str] = []
-
-    def on_delivery(err, msg) -> None:
-        if err is not None:
-            failed.append(str(err))
-        else:
-            acked[msg.partition()].append(msg.value())
-
-    sent = 0
-    for i in range(700):
-        producer.produce(
-            TOPIC, value=f"v{i}".encode(), partition=i % partitions, on_delivery=on_delivery
-        )
-        sent += 1
-        producer.poll(0)
-    assert producer.flush(60) == 0, "records still in flight after 60 s"
-    assert not failed, f"{len(failed)} deliveries failed, first: {failed[0]}"
-    assert sum(len(v) for v in acked.values()) == sent
+    sent = 700
+    rows = produce_acked(cluster.bootstrap_servers, TOPIC, partitions, 0, sent, 60)
+    acked = {p: [v for _, v in r] for p, r in rows.items()}
     assert all(len(acked[p]) == sent // partitions for p in range(partitions)), acked.keys()
 
     got = read_back(
