@@ -76,9 +76,9 @@ class CampaignOptions:
     """TLS everywhere, SASL_SSL (SCRAM-SHA-512) clients, authorization on with ACLs for the
     workload's principal (chaos/secure.py)."""
     nodes: int = 3
-    partition_groups: bool = False
+    partition_groups: bool = True
     """A Raft group per partition plus the controller (docs/partition-groups.md; off: one
-    Raft group, as `raftsink serve` by default): the
+    Raft group, the layout `--no-partition-groups` asks for): the
     topic's replication factor is min(3, nodes); readers read each partition from a node
     hosting it; "the leader" of a fault is the node leading the most data groups."""
 

@@ -55,17 +55,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--nemesis",
         default=None,
         help=f"comma-separated fault kinds among {','.join(KINDS)} (default: all; move only "
-        "with --partition-groups; membership with --partition-groups drains the node "
+        "with partition groups; membership with --partition-groups drains the node "
         "first, which needs --nodes 4 or more to remove anything)",
     )
     p.add_argument("--nodes", type=int, default=3, help="node processes (default 3; 5 works)")
     p.add_argument(
         "--partition-groups",
         action=argparse.BooleanOptionalAction,
-        default=False,
+        default=True,
         help="a Raft group per partition plus the controller (replication factor min(3, "
         "nodes)); faults aimed at 'the leader' hit the node leading the most data groups "
-        "(default: off, one Raft group, as `raftsink serve`)",
+        "(default: on, as `raftsink serve`; --no-partition-groups: one Raft group)",
     )
     p.add_argument("--partitions", type=int, default=4, help="partitions of the topic (default 4)")
     p.add_argument("--producers", type=int, default=3, help="idempotent producers (default 3)")

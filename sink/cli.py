@@ -430,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a Raft group per partition plus the controller (cluster.partition_groups; "
         "docs/partition-groups.md); --no-partition-groups: one Raft group for everything "
-        "(default: RAFTSINK_CLUSTER_PARTITION_GROUPS, else off)",
+        "(default: on, or RAFTSINK_CLUSTER_PARTITION_GROUPS)",
     )
     p.add_argument("--partitions", type=int, default=1, help="partitions of auto-created topics")
     p.add_argument("--keep", action="store_true", help="keep the temporary data dir")

@@ -68,7 +68,7 @@ class SinkProcessCluster:
         partition_groups: start every node with cluster.partition_groups on (a Raft
         group per partition plus the controller; docs/partition-groups.md) or off (one
         group); None: what a node started here would pick, the
-        RAFTSINK_CLUSTER_PARTITION_GROUPS variable else the option's default (off). Every
+        RAFTSINK_CLUSTER_PARTITION_GROUPS variable else the option's default (on). Every
         node gets it as an explicit flag, and `partition_groups` holds the value."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")

@@ -211,14 +211,15 @@ class ClusterSection:
     balancer, which moves group leadership back to preferred replicas and off overloaded
     nodes by leadership transfer. Defaults are sink.placement.BalancerOptions'."""
 
-    partition_groups: bool = False
+    partition_groups: bool = True
     """Run a Raft group per partition: group 0 is the controller (topics, configs, ids,
     users/ACLs, quotas, consumer groups), each partition's records live in its own data
     group on `replication_factor` nodes (docs/partition-groups.md, "Running with
-    partition groups"). Off: one Raft group holds everything. Applies to a new data
-    directory only: an existing one keeps the layout it was created with, logged at
-    WARNING when this disagrees (sink/node/layout.py). Every node of a cluster must
-    agree: a node added to a cluster needs the cluster's setting."""
+    partition groups"). Off: one Raft group holds everything (the layout of releases
+    before partition groups). Applies to a new data directory only: an existing one
+    keeps the layout it was created with, logged at WARNING when this disagrees
+    (sink/node/layout.py). Every node of a cluster must agree: a new node added to a
+    one-group cluster needs this off."""
     default_replication_factor: int = 0
     """Replicas of a topic created with replication_factor -1 (or auto-created) when
     partition_groups is on; 0: min(3, the controller's voters)."""

@@ -440,7 +440,7 @@ def test_host_label_defaults_to_the_node_id_and_balancer_keys_map_to_its_options
     assert (opts.enabled, opts.return_delay_s, opts.max_in_flight) == (False, 5.0, 2)
 
 
-def test_partition_groups_switch_is_off_by_default_and_typed(tmp_path):
+def test_partition_groups_switch_is_on_by_default_and_typed(tmp_path):
     from sink.config import ConfigError, load_config
 
     base = {
@@ -448,7 +448,7 @@ def test_partition_groups_switch_is_off_by_default_and_typed(tmp_path):
         "RAFTSINK_NODE_DATA_DIR": str(tmp_path / "d"),
         "RAFTSINK_NODE_PEERS": "1=127.0.0.1:1/127.0.0.1:2/127.0.0.1:3",
     }
-    assert load_config(env=base).cluster.partition_groups is False
+    assert load_config(env=base).cluster.partition_groups is True
     on = load_config(env={**base, "RAFTSINK_CLUSTER_PARTITION_GROUPS": "true"})
     assert on.cluster.partition_groups is True and on.cluster.default_replication_factor == 0
     off = load_config(env={**base, "RAFTSINK_CLUSTER_PARTITION_GROUPS": "false"})

@@ -80,12 +80,12 @@ def test_run_campaign_refuses_before_starting_anything(tmp_path):
 def test_cli_refuses_move_without_groups(capsys):
     p = argparse.ArgumentParser()
     add_arguments(p)
-    for flags in ([], ["--no-partition-groups"]):  # off by default, as in serve
-        args = p.parse_args(["--nemesis", "kill,move", "--seconds", "5", *flags])
-        assert run(args) == 2
-        assert "needs --partition-groups" in capsys.readouterr().err
-    args = p.parse_args(["--partition-groups", "--nodes", "5"])
+    args = p.parse_args(["--nemesis", "kill,move", "--seconds", "5", "--no-partition-groups"])
+    assert run(args) == 2
+    assert "needs --partition-groups" in capsys.readouterr().err
+    args = p.parse_args(["--nodes", "5"])  # partition groups are the default, as in serve
     assert args.nodes == 5 and args.partition_groups and args.nemesis is None
+    assert p.parse_args(["--partition-groups"]).partition_groups
 
 
 def test_schedule_on_five_nodes_targets_every_node():

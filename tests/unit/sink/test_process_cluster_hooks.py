@@ -66,11 +66,10 @@ def test_partition_groups_switch_reaches_every_node(tmp_path):
 
 def test_partition_groups_default_follows_the_environment_as_a_node_would(tmp_path, monkeypatch):
     monkeypatch.delenv("RAFTSINK_CLUSTER_PARTITION_GROUPS", raising=False)
-    a = SinkProcessCluster(str(tmp_path / "a"), n=1)  # the option's default: off
-    assert not a.partition_groups and "--no-cluster-partition-groups" in a.command_for(1)
-    monkeypatch.setenv("RAFTSINK_CLUSTER_PARTITION_GROUPS", "true")
+    assert SinkProcessCluster(str(tmp_path / "a"), n=1).partition_groups  # the default: on
+    monkeypatch.setenv("RAFTSINK_CLUSTER_PARTITION_GROUPS", "false")
     c = SinkProcessCluster(str(tmp_path / "b"), n=1)
-    assert c.partition_groups and "--cluster-partition-groups" in c.command_for(1)
+    assert not c.partition_groups and "--no-cluster-partition-groups" in c.command_for(1)
     monkeypatch.setenv("RAFTSINK_CLUSTER_PARTITION_GROUPS", "maybe")
     with pytest.raises(ConfigError, match=r"cluster\.partition_groups"):
         SinkProcessCluster(str(tmp_path / "c"), n=1)
