@@ -158,6 +158,9 @@ class SinkNode(GroupsWiring, SecurityWiring, ListenerWiring):
             await self.node.start()
         self.reads = self.fsm
         self.disk.node = self.node
+        if self.host is not None:  # partition groups: every group shares this disk
+            host = self.host
+            self.disk.groups_of = lambda: list(host.groups.values())
         self.retention = RetentionWorker(self.fsm, self.node, cfg.topics.retention_check_ms / 1000)
         self.retention.start()
         self.disk.on_refuse = self.retention.compact_now

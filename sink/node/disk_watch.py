@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from raftlog.storage import DiskGuard, DiskLevel
@@ -48,8 +49,11 @@ def _mb(n: int) -> str:
 
 
 class DiskWatch:
-    """The node's disk level, read every interval_s; node: the RaftNode (for the
-    leadership hand-off; None in tests of the gates alone)."""
+    """The node's disk level, read every interval_s. node: the RaftNode (one group) or
+    the controller's group; groups_of: every Raft group of the node's host (partition
+    groups: the controller and each data group), all sharing this disk. A node below
+    the reserve hands off the leadership of every group it leads. Both None in tests of
+    the gates alone."""
 
     def __init__(
         self,
@@ -63,19 +67,21 @@ class DiskWatch:
         self.guard = guard
         self.node_id = node_id
         self.node = node
+        self.groups_of: Callable[[], Iterable[Any]] | None = None
         self.interval_s = interval_s
         self.handoff_every_s = handoff_every_s
         self.level = guard.check()
         self.refused_writes = 0
         """Produce requests (topic-partitions) refused below the reserve."""
         self.handoffs = 0
-        self._task: asyncio.Task | None = None
-        self._handoff: asyncio.Task | None = None
-        self._last_handoff = float("-inf")
-        self._handoff_round = 0
-        # Doubles after each refused hand-off (every node full: a transfer attempt
-        # blocks the leader's proposals for an election timeout), up to HANDOFF_MAX_S.
-        self._handoff_wait = handoff_every_s
+        # Per group id: the hand-off in flight, when the last one began, which follower
+        # is next, and the wait before the next one (doubles after each refused hand-off:
+        # every node full, and a transfer attempt blocks the group's proposals for an
+        # election timeout; up to HANDOFF_MAX_S).
+        self._handoffs: dict[int, asyncio.Task] = {}
+        self._last_handoff: dict[int, float] = {}
+        self._handoff_round: dict[int, int] = {}
+        self._handoff_wait: dict[int, float] = {}
         self.on_refuse: Any = None
         """Called (no arguments) on every check while produce is refused: the node's
         retention runs at once and compacts (sink.topics.worker.RetentionWorker.compact_now)."""
@@ -104,7 +110,7 @@ class DiskWatch:
         self._task = asyncio.create_task(self._run(), name=f"disk-watch-{self.node_id}")
 
     async def stop(self) -> None:
-        for task in (self._task, self._handoff):
+        for task in (self._task, *self._handoffs.values()):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -127,7 +133,7 @@ class DiskWatch:
             old, self.level = self.level, level
             self._log_change(old, level)
             if level is DiskLevel.OK:
-                self._handoff_wait = self.handoff_every_s
+                self._handoff_wait.clear()
 
     def _log_change(self, old: DiskLevel, new: DiskLevel) -> None:
         vol = self.guard.worst()
@@ -156,48 +162,58 @@ class DiskWatch:
 
     # ------------------------------------------------------ leadership hand-off
 
+    def _led_here(self) -> list[Any]:
+        groups = list(self.groups_of()) if self.groups_of is not None else [self.node]
+        return [g for g in groups if g is not None and g.is_leader()]
+
     def _maybe_hand_off(self) -> None:
         """A leader that may not take new data hands leadership to a follower, which
         may have room (a follower without room refuses the TimeoutNow; then the next
         one is tried handoff_every_s later, and a leader keeps leading meanwhile:
-        reads are served either way)."""
-        node = self.node
-        if node is None or not node.is_leader():
-            return
-        if self._handoff is not None and not self._handoff.done():
-            return
+        reads are served either way). Every group led here, each on its own clock:
+        with partition groups a data group left led by a full node takes no record."""
         now = time.monotonic()
-        if now - self._last_handoff < self._handoff_wait:
-            return
-        followers = node.status().get("followers", {})
-        if not followers:
-            return
-        ranked = sorted(followers, key=lambda pid: (-followers[pid]["match"], pid))
-        target = ranked[self._handoff_round % len(ranked)]
-        self._handoff_round += 1
-        self._last_handoff = now
-        self._handoff = asyncio.create_task(self._transfer(target))
+        for group in self._led_here():
+            gid = getattr(group, "group_id", 0)
+            task = self._handoffs.get(gid)
+            if task is not None and not task.done():
+                continue
+            wait = self._handoff_wait.get(gid, self.handoff_every_s)
+            if now - self._last_handoff.get(gid, float("-inf")) < wait:
+                continue
+            followers = group.status().get("followers", {})
+            if not followers:
+                continue
+            ranked = sorted(followers, key=lambda pid: (-followers[pid]["match"], pid))
+            turn = self._handoff_round.get(gid, 0)
+            target = ranked[turn % len(ranked)]
+            self._handoff_round[gid] = turn + 1
+            self._last_handoff[gid] = now
+            self._handoffs[gid] = asyncio.create_task(self._transfer(group, gid, target))
 
-    async def _transfer(self, target: int) -> None:
-        node = self.node
-        assert node is not None
-        opts = node.options
+    async def _transfer(self, group: Any, gid: int, target: int) -> None:
+        opts = group.options
         timeout = 2 * opts.election_ticks * opts.tick_ms / 1000
         try:
-            await node.transfer_leader(target, timeout=timeout)
+            await group.transfer_leader(target, timeout=timeout)
         except Exception as exc:  # refused (no room there either) or leadership moved
-            self._handoff_wait = min(2 * self._handoff_wait, HANDOFF_MAX_S)
+            wait = self._handoff_wait.get(gid, self.handoff_every_s)
+            self._handoff_wait[gid] = min(2 * wait, HANDOFF_MAX_S)
             log.info(
-                "disk.leadership_handoff_refused node=%d to=%d (next try in %.0f s): %r",
+                "disk.leadership_handoff_refused node=%d group=%d to=%d (next try in %.0f s): %r",
                 self.node_id,
+                gid,
                 target,
-                self._handoff_wait,
+                self._handoff_wait[gid],
                 exc,
             )
             return
         self.handoffs += 1
         log.warning(
-            "disk.leadership_handed_off node=%d to=%d: below the disk reserve", self.node_id, target
+            "disk.leadership_handed_off node=%d group=%d to=%d: below the disk reserve",
+            self.node_id,
+            gid,
+            target,
         )
 
     # ------------------------------------------------------------ observation

@@ -51,6 +51,21 @@ def _status(cluster: SinkProcessCluster, i: int) -> dict:
     return st
 
 
+def _part(cluster: SinkProcessCluster, i: int) -> dict:
+    """Node i's replica of TOPIC/0: role, commit, last_index, applied. With partition
+    groups that is the partition's data group (its row in status), else the one group."""
+    st = _status(cluster, i)
+    if not cluster.partition_groups:
+        return st
+    rows = [g for g in st["data_groups"]["groups"] if g["topic"] == TOPIC and g["partition"] == 0]
+    assert rows, f"node {i} hosts no replica of {TOPIC}/0: {st['data_groups']}"
+    return rows[0]
+
+
+def _part_leader(cluster: SinkProcessCluster) -> int | None:
+    return next((i for i in cluster.nodes if _part(cluster, i)["role"] == "leader"), None)
+
+
 def _wait(cond, timeout: float, what: str, step: float = 0.1) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
@@ -196,7 +211,7 @@ def test_one_node_full_the_others_commit(tmp_path):
     with tmpfs_volumes(paths, VOLUME) as vols:
         cluster.start()
         try:
-            leader = asyncio.run(cluster.wait_ready())
+            asyncio.run(cluster.wait_ready())
             p = Producer(
                 {
                     "bootstrap.servers": cluster.bootstrap_servers,
@@ -207,6 +222,11 @@ def test_one_node_full_the_others_commit(tmp_path):
             )
             p.produce(TOPIC, value=b"first")  # creates the topic
             assert p.flush(30) == 0
+            # The node leading TOPIC/0 (with partition groups, its data group's leader;
+            # the controller's may be another node, and is handed off the same way).
+            _wait(lambda: _part_leader(cluster) is not None, 30, f"a leader of {TOPIC}/0")
+            leader = _part_leader(cluster)
+            assert leader is not None
             full = vols[leader - 1]
             full.fill_to(RESERVE // 4)  # below half the reserve: no appends at all
 
@@ -216,7 +236,8 @@ def test_one_node_full_the_others_commit(tmp_path):
                 "the full node's guard",
             )
             # It hands leadership to a node with room, and the others commit without it.
-            _wait(lambda: _status(cluster, leader)["role"] != "leader", 15, "a hand-off")
+            _wait(lambda: _part(cluster, leader)["role"] != "leader", 15, "a hand-off")
+            _wait(lambda: _status(cluster, leader)["role"] != "leader", 15, "the controller's")
             acked: list = []
             for n in range(200):
                 p.produce(
@@ -227,15 +248,15 @@ def test_one_node_full_the_others_commit(tmp_path):
             assert p.flush(60) == 0
             assert len(acked) == 200 and all(isinstance(a, int) for a in acked), acked[:5]
             others = [i for i in cluster.nodes if i != leader]
-            commit = max(_status(cluster, i)["commit"] for i in others)
-            stuck = _status(cluster, leader)
+            commit = max(_part(cluster, i)["commit"] for i in others)
+            stuck = _part(cluster, leader)
             assert stuck["last_index"] < commit  # it did not append the new records
             assert full.free_bytes() > 0 and cluster.exited() == {}
 
             # Space returns on that volume: it catches up by itself.
             full.remove_filler()
             _wait(
-                lambda: _status(cluster, leader)["applied"] >= commit,
+                lambda: _part(cluster, leader)["applied"] >= commit,
                 30,
                 "the full node to catch up",
             )

@@ -102,6 +102,46 @@ def test_a_leader_below_the_reserve_hands_leadership_to_its_best_follower():
     assert watch.handoffs == 1
 
 
+def test_below_the_reserve_every_group_led_here_is_handed_off():
+    """Partition groups: the controller and each data group on this host share the disk;
+    a data group still led by the full node would take no record (its produce is
+    refused), so each one led here moves to its own best follower."""
+    calls: list[tuple[int, int]] = []
+
+    class Group:
+        options = SimpleNamespace(election_ticks=10, tick_ms=10)
+
+        def __init__(self, gid: int, leads: bool, followers: dict[int, int]) -> None:
+            self.group_id, self.leads, self.followers = gid, leads, followers
+
+        def is_leader(self) -> bool:
+            return self.leads
+
+        def status(self) -> dict:
+            return {"followers": {n: {"match": m} for n, m in self.followers.items()}}
+
+        async def transfer_leader(self, target: int, timeout: float) -> None:
+            calls.append((self.group_id, target))
+            self.leads = False
+
+    groups = [Group(0, True, {2: 5, 3: 4}), Group(4, True, {3: 9, 2: 1}), Group(5, False, {2: 1})]
+
+    async def main() -> DiskWatch:
+        watch = make_watch(FakeDisk(90 * MiB), node=groups[0])
+        watch.groups_of = lambda: groups
+        watch.start()
+        deadline = asyncio.get_running_loop().time() + 5
+        while watch.handoffs < 2:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        await watch.stop()
+        return watch
+
+    watch = asyncio.run(main())
+    assert sorted(calls) == [(0, 2), (4, 3)]  # each to its most caught-up follower, once
+    assert watch.handoffs == 2
+
+
 def test_storage_errno_reads_oserrors_lmdb_messages_and_causes():
     assert storage_errno(OSError(errno.ENOSPC, "No space left on device")) == errno.ENOSPC
     lmdb_like = Exception("mdb_txn_commit: No space left on device")
