@@ -163,7 +163,7 @@ class SinkNode(GroupsWiring, SecurityWiring, ListenerWiring):
             self.disk.groups_of = lambda: list(host.groups.values())
         self.retention = RetentionWorker(self.fsm, self.node, cfg.topics.retention_check_ms / 1000)
         self.retention.start()
-        self.disk.on_refuse = self.retention.compact_now
+        self.disk.on_refuse = self._compact_now
         self.disk.start()
         # The state machine serves batches from the committed Raft log (applying
         # starts on the next loop turn, so it is attached before any apply).
@@ -321,6 +321,14 @@ class SinkNode(GroupsWiring, SecurityWiring, ListenerWiring):
         return self._fatal
 
     # ---------------------------------------------------- policies of the node
+
+    def _compact_now(self) -> None:
+        """Below the disk reserve: the controller's retention and, with partition
+        groups, every data group's compact at once (one disk for all of them)."""
+        assert self.retention is not None
+        self.retention.compact_now()
+        if self.data_groups is not None:
+            self.data_groups.compact_now()
 
     def _quota_table(self) -> QuotaTable:
         """The applied client quota configuration (a snapshot load replaces the object)."""

@@ -328,6 +328,16 @@ class DataGroups:
             return None, None
         return g, self.hosted.get(g.group)
 
+    def compact_now(self) -> None:
+        """The disk guard refuses produce: every hosted group runs retention and
+        snapshots at once (they share the node's disk). One group's failure does not
+        keep the others from compacting."""
+        for gid, h in list(self.hosted.items()):
+            try:
+                h.retention.compact_now()
+            except Exception:
+                log.exception("sink.groups compact_now failed group=%d", gid)
+
     def data_event(self) -> asyncio.Event:
         """Set the next time any hosted group applies new records (Fetch long-poll)."""
         if self._data_event is None:

@@ -59,3 +59,25 @@ def test_the_disk_guard_calls_the_hook_while_it_refuses_produce():
 
     asyncio.run(main())
     assert len(calls) >= 2
+
+
+def test_data_groups_compact_now_reaches_every_hosted_group(caplog):
+    """Partition groups share the node's disk: below the reserve every hosted data group
+    compacts, and one that fails does not keep the others from it."""
+    from sink.node.data_groups import DataGroups
+
+    done: list[int] = []
+
+    def worker(gid: int, fails: bool = False) -> SimpleNamespace:
+        def compact_now() -> None:
+            if fails:
+                raise RuntimeError("boom")
+            done.append(gid)
+
+        return SimpleNamespace(retention=SimpleNamespace(compact_now=compact_now))
+
+    groups = DataGroups.__new__(DataGroups)  # only `hosted` is read
+    groups.hosted = {3: worker(3), 4: worker(4, fails=True), 5: worker(5)}
+    groups.compact_now()
+    assert done == [3, 5]
+    assert "compact_now failed group=4" in caplog.text
