@@ -48,11 +48,10 @@ async def _answering(cluster: SinkProcessCluster, i: int, timeout: float) -> dic
 
 
 def test_node_of_another_ca_cannot_send_raft_messages(tmp_path, certs):
-    # One Raft group: the checks below read that group's commit and last index. With
-    # partition groups the topic's data group would be made after node 3 turned rogue,
-    # and a new group is founded only by all its voters (raftlog/core/identity.py,
-    # may_vote), so it could not elect on nodes 1 and 2 (docs/partition-groups.md, "Not
-    # done yet"); the transport and its TLS are the same in both layouts.
+    # One Raft group: the checks below read that group's commit and last index (the
+    # transport and its TLS are the same in both layouts). A partition placed while a
+    # replica is down, as here with groups, elects since sealed starts
+    # (tests/integration/test_groups_replica_down.py).
     cluster = SinkProcessCluster(
         str(tmp_path / "c"), extra_args=["--tls-raft"], log_level="INFO", partition_groups=False
     )
