@@ -74,6 +74,7 @@ class DiskWatch:
         self.refused_writes = 0
         """Produce requests (topic-partitions) refused below the reserve."""
         self.handoffs = 0
+        self._task: asyncio.Task | None = None
         # Per group id: the hand-off in flight, when the last one began, which follower
         # is next, and the wait before the next one (doubles after each refused hand-off:
         # every node full, and a transfer attempt blocks the group's proposals for an
@@ -133,7 +134,11 @@ class DiskWatch:
             old, self.level = self.level, level
             self._log_change(old, level)
             if level is DiskLevel.OK:
+                # back to normal: forget every group's hand-off state (groups come and go)
                 self._handoff_wait.clear()
+                self._last_handoff.clear()
+                self._handoff_round.clear()
+                self._handoffs = {g: t for g, t in self._handoffs.items() if not t.done()}
 
     def _log_change(self, old: DiskLevel, new: DiskLevel) -> None:
         vol = self.guard.worst()

@@ -175,3 +175,7 @@ def test_metrics_show_free_bytes_per_volume_and_the_guard():
     assert 'raftsink_disk_reserve_bytes{dir="/data",node="7"} 1.048576e+08' in text
     assert 'raftsink_disk_guard_tripped{node="7"} 1.0' in text
     assert 'raftsink_disk_appends_refused{node="7"} 0.0' in text
+
+
+def test_stop_before_start_is_safe():
+    asyncio.run(make_watch(FakeDisk(500 * MiB)).stop())
