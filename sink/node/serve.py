@@ -90,7 +90,7 @@ terminationGracePeriodSeconds, systemd's TimeoutStopSec defaults) allows before 
 so a stuck step is logged with its stack instead of vanishing in a SIGKILL."""
 
 
-async def stop_within(node: Any, seconds: float, after: str) -> bool:
+async def stop_within(node: Any, node_id: int, seconds: float, after: str) -> bool:
     """Stop node's parts, at most `seconds` -> whether they all stopped. If not, one
     ERROR line `raftsink.stop_incomplete` with the stuck coroutine's stack (the node
     exits anyway: what it acknowledged is durable, so this is a crash at worst)."""
@@ -106,9 +106,9 @@ async def stop_within(node: Any, seconds: float, after: str) -> bool:
         task.cancel()
         why = f"still running; stuck at:\n{stack.getvalue()}"
     log.error(
-        "raftsink.stop_incomplete node=%s: stopping %s did not finish within %.0f s; "
+        "raftsink.stop_incomplete node=%d: stopping %s did not finish within %.0f s; "
         "exiting anyway: %s",
-        getattr(getattr(node, "config", None), "node_id", "?"),
+        node_id,
         after,
         seconds,
         why,
@@ -169,10 +169,10 @@ async def serve(config: SinkConfig, ready_line: bool = True) -> None:
         # Graceful: a leader hands over before it stops accepting work, so produce
         # stalls for one TimeoutNow round instead of an election timeout.
         await node.hand_off_leadership(config.node.shutdown_handoff_ms / 1000)
-        if not await stop_within(node, STOP_GRACEFUL_S, "on a signal"):
+        if not await stop_within(node, config.node_id, STOP_GRACEFUL_S, "on a signal"):
             raise SystemExit(EXIT_STOP_INCOMPLETE)
     else:
-        await stop_within(node, STOP_AFTER_FATAL_S, "after the storage failure")
+        await stop_within(node, config.node_id, STOP_AFTER_FATAL_S, "after the storage failure")
     if node.fatal_error is not None:
         corrupt = _corruption_in(node.fatal_error)
         if corrupt is not None and corrupt.marked and not repair_refused(config):
