@@ -391,12 +391,8 @@ def test_offset_for_leader_epoch_answers_from_the_term_table(cluster):
     old_term = _await_partition0_leader(cluster, topic)[1]
     kill_partition0_leader(cluster, topic)
     produce(cluster, topic, 30, start=30)
-    leader, _ = _await_partition0_leader(cluster, topic)
-    port = kafka_port(cluster, leader)
-    term = leader_epoch(port, topic)
-    assert term > old_term
 
-    def ofle(epoch: int, current: int = -1):
+    def ofle(port: int, epoch: int, current: int = -1):
         r = request(
             port,
             23,
@@ -416,11 +412,29 @@ def test_offset_for_leader_epoch_answers_from_the_term_table(cluster):
         p = r.topics[0].partitions[0]
         return int(p.error_code), p.leader_epoch, p.end_offset
 
-    assert ofle(term, term) == (0, term, 20)  # partition 0 holds records 0, 3, ... 57
-    err, epoch, end = ofle(old_term)
+    # The leader balancer may hand partition 0 back to the restarted victim at any moment
+    # (a new term, and NOT_LEADER_OR_FOLLOWER at the old leader): take one stable view,
+    # i.e. a leader whose term is the same before and after the four questions.
+    for _ in range(20):
+        leader, _ = _await_partition0_leader(cluster, topic)
+        port = kafka_port(cluster, leader)
+        term = leader_epoch(port, topic)
+        answers = (
+            ofle(port, term, term),
+            ofle(port, old_term),
+            ofle(port, term, term - 1),
+            ofle(port, term, term + 1),
+        )
+        if all(a[0] != 6 for a in answers) and leader_epoch(port, topic) == term:
+            break
+    else:
+        raise AssertionError("partition 0's leadership never held still for four requests")
+    assert term > old_term
+    assert answers[0] == (0, term, 20)  # partition 0 holds records 0, 3, ... 57
+    err, epoch, end = answers[1]
     assert (err, end) == (0, 10) and epoch <= old_term  # where the new term's records begin
-    assert ofle(term, term - 1)[0] == 74  # FENCED_LEADER_EPOCH
-    assert ofle(term, term + 1)[0] == 75  # UNKNOWN_LEADER_EPOCH
+    assert answers[2][0] == 74  # FENCED_LEADER_EPOCH
+    assert answers[3][0] == 75  # UNKNOWN_LEADER_EPOCH
 
 
 def test_transactional_producer_fails_at_once(cluster):
