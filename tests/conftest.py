@@ -7,6 +7,8 @@ property tests check is behaviour, and their wall time is bounded by their examp
 
 from __future__ import annotations
 
+import pytest
+
 try:
     from hypothesis import settings
 except ImportError:  # the tests that use it import it and say so
@@ -17,3 +19,27 @@ else:
 
 pytest_plugins = ("tests.helpers.tls_certs",)
 """Fixtures shared by test modules: `certs` (a module's throw-away TLS certificates)."""
+
+
+# `./run.sh test` runs the suite in two phases: everything not marked `serial` on two
+# pytest-xdist workers (whole modules per worker: a module's cluster fixture is built once),
+# then the `serial` tests alone. A test is serial when a second worker beside it would make
+# it wrong, not merely slower: fixed ports, or a check of rates and budgets that a busy
+# second core distorts.
+SERIAL = {
+    "tests/containers/": "containers publish fixed ports on 127.0.0.1",
+    "tests/install/": "fresh virtualenvs and images: the heaviest pip and Docker work",
+    "tests/integration/test_chaos_short.py": "the campaign's liveness windows assume the machine",
+    "tests/integration/test_client_quotas.py": "throughput ratios and a consumer's p99",
+    "tests/integration/test_disk_full.py": "a resume-time bound",
+    "tests/integration/test_overload_memory.py": "a memory budget and a throughput floor",
+    "tests/integration/test_quiescence_processes.py": "heartbeat rates per second",
+    "tests/integration/test_topic_retention.py": "disk use under a steady load",
+}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if any(path.startswith(prefix) for prefix in SERIAL):
+            item.add_marker(pytest.mark.serial)
