@@ -88,7 +88,7 @@ class DiskQueue:
         self._ops: collections.deque[_Op] = collections.deque()
         self._closing = False
         self._failed: BaseException | None = None
-        self._failed_now: list[_Op] = []  # writer thread: ops failed in this round
+        self._failed_now: list[_Op] = []  # writer thread only: ops failed in this round
         self._dirty = False  # writer thread: appends written, not yet synced
         # writer thread: a hard-state op of this round, saved by the writer together
         # with every other group's (one LMDB transaction and one sync per round)
@@ -420,14 +420,14 @@ class DiskQueue:
 
     # ------------------------------------------------------- loop callbacks
 
-    def _complete_round(self, done: list[_Op]) -> None:
-        """On the loop: complete the round's successful ops, fail the rest."""
+    def _complete_round(self, done: list[_Op], failed: list[_Op]) -> None:
+        """On the loop: complete the round's successful ops (`done`), fail `failed`
+        (the round's failed ops, taken from _failed_now by the writer thread)."""
         if self._failed is not None:
             # Appends are only durable after the fsync round: if the queue
             # failed in the round (write or sync), none of them is vouched for.
-            failed = self._failed_now + [op for op in done if op.kind == _APPEND]
+            failed = failed + [op for op in done if op.kind == _APPEND]
             done = [op for op in done if op.kind != _APPEND]
-            self._failed_now = []
             if done:
                 self._complete_ops(done)
             if failed:

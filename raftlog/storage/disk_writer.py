@@ -155,8 +155,15 @@ class DiskWriter:
             st.max_round_groups = max(st.max_round_groups, len(written))
             st.syncs += syncs
             st.busy_seconds += time.perf_counter() - t0
-            finished = [(q, done) for q, done in written if done or q._failed_now]
-            # (a staged hard state that failed sits in _failed_now: failed below)
+            # Each round's failed ops travel with its completion: the loop may run it
+            # after this thread has started the next round, which resets _failed_now
+            # (reading the attribute there lost a failed append: its Ready's persist
+            # step waited forever and the node never stopped on ENOSPC).
+            finished = []
+            for q, done in written:
+                failed, q._failed_now = q._failed_now, []
+                if done or failed:  # a staged hard state that failed sits in failed
+                    finished.append((q, done, failed))
             if finished:
                 self.loop.call_soon_threadsafe(_complete_all, finished)
         # Closing: flush what write caching still holds.
@@ -194,6 +201,6 @@ def _sync_one(q: DiskQueue) -> int:
     return q._sync_round()
 
 
-def _complete_all(finished: list[tuple[DiskQueue, list]]) -> None:
-    for q, done in finished:
-        q._complete_round(done)
+def _complete_all(finished: list[tuple[DiskQueue, list, list]]) -> None:
+    for q, done, failed in finished:
+        q._complete_round(done, failed)

@@ -7,9 +7,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
+from raftlog.entry import HardState
 from raftlog.storage import DiskQueue, DiskWriter, LogEnvironment, StorageClosedError
 from tests.helpers.storage import entries
 
@@ -67,6 +69,41 @@ def test_a_failed_group_stops_alone(tmp_path):
         assert await q3.append(entries(4, 1)) == 4
         for q in (q1, q2, q3):
             await q.close()
+        await w.close()
+        env.close()
+
+    run(main())
+
+
+def test_a_failed_append_fails_even_when_the_next_round_ran_first(tmp_path):
+    """A failed append's future fails although the writer thread ran the queue's next
+    round (a hard state queued behind it) before the loop saw the first round's
+    completion. Each round used to hand its failures over in one queue attribute that
+    the next round reset: the append's future then never completed, its Ready's persist
+    step waited forever, and a node out of disk space never stopped (CI)."""
+
+    async def main():
+        env = LogEnvironment.open(str(tmp_path / "d"))
+        w = DiskWriter()
+        q = DiskQueue(env.open_log(1), writer=w)
+
+        def enospc(*_a, **_k):
+            raise OSError(28, "No space left on device")
+
+        q.store.append = enospc
+        with w.cond:  # both queued before the thread takes any: two rounds, in order
+            appended = q.append(entries(1, 3))
+            saved = q.save_hard_state(HardState(term=1, vote=1, commit=0))
+        # Block the loop until the thread finished both rounds, so that both
+        # completions run after the second round reset the queue's round state.
+        deadline = time.monotonic() + 30
+        while w.stats.rounds < 2:
+            assert time.monotonic() < deadline, "the writer never ran two rounds"
+            time.sleep(0.001)
+        for fut in (appended, saved):
+            with pytest.raises(StorageClosedError, match="No space left"):
+                await asyncio.wait_for(fut, 10)
+        await q.close()
         await w.close()
         env.close()
 
