@@ -282,7 +282,7 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
         if rd.entries:
             first = rd.entries[0].index
             if first <= self.queue.last_index():
-                self.queue.truncate_suffix(first)
+                self._watch_write(self.queue.truncate_suffix(first))
             last = self.queue.append(rd.entries)
         if rd.hard_state is not None:
             self._last_hs = rd.hard_state
@@ -393,6 +393,15 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
                 if not w.future.done():
                     w.future.set_exception(exc)
             table.clear()
+
+    def _watch_write(self, fut: asyncio.Future) -> None:
+        """A disk write nobody awaits (the ordered path awaits a later one): its
+        failure stops the group at once, not only when a later write is awaited."""
+        fut.add_done_callback(self._on_watched_write)
+
+    def _on_watched_write(self, fut: asyncio.Future) -> None:
+        if not fut.cancelled() and fut.exception() is not None:
+            self._fail(fut.exception())
 
     def _fail(self, exc: BaseException) -> None:
         if self._fatal is not None:

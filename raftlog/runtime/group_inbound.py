@@ -126,4 +126,4 @@ class GroupInbound:
                 self._saved_hs = hs
                 # Only a restart optimisation: written in order with the
                 # appends (so never ahead of them) but not fsynced.
-                self.queue.save_hard_state(hs, durable=False)
+                self._watch_write(self.queue.save_hard_state(hs, durable=False))
