@@ -29,14 +29,37 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+_HANDED_OUT: dict[int, None] = {}
+"""The last _REMEMBER ports this process handed out, oldest first: a port is free from
+the moment its probe socket closes until its listener binds it, and a second call in
+that window (the chaos harness's proxies right after its nodes' ports, say) must not
+get it again. Older ones are bound by now, or abandoned."""
+_REMEMBER = 1024
+
+
+def _stripe() -> tuple[int, int]:
+    """(this pytest-xdist worker's index, worker count), or (0, 1) outside xdist: each
+    worker takes only ports p with p % count == index, so two workers never race for
+    one port either."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        index = int(worker[2:]) if worker.startswith("gw") else 0
+    except ValueError:
+        return 0, 1
+    return (index % count, count) if count > 1 else (0, 1)
+
+
 def free_ports(n: int) -> list[int]:
-    """n distinct free TCP ports on 127.0.0.1 for listeners.
+    """n distinct free TCP ports on 127.0.0.1 for listeners, none handed out before by
+    this process.
 
     Chosen BELOW the kernel's ephemeral range: ports from there are also the
     source ports of outgoing connections (clients retrying old addresses), so
     one could be taken between choosing it and the node binding it.
     """
     lo, _ = _ephemeral_range()
+    index, count = _stripe()
     rng = random.Random()
     ports: list[int] = []
     socks = []
@@ -44,7 +67,8 @@ def free_ports(n: int) -> list[int]:
     while len(ports) < n and attempts < 10_000:
         attempts += 1
         port = rng.randrange(20_000, max(20_001, lo - 1))
-        if port in ports:
+        port -= (port - index) % count
+        if port < 20_000 or port in ports or port in _HANDED_OUT:
             continue
         s = socket.socket()
         try:
@@ -57,7 +81,11 @@ def free_ports(n: int) -> list[int]:
     for s in socks:
         s.close()
     if len(ports) < n:  # fall back to the kernel's choice
-        return ports + [_kernel_port() for _ in range(n - len(ports))]
+        ports += [_kernel_port() for _ in range(n - len(ports))]
+    for port in ports:
+        _HANDED_OUT[port] = None
+    while len(_HANDED_OUT) > _REMEMBER:
+        del _HANDED_OUT[next(iter(_HANDED_OUT))]
     return ports
 
 
