@@ -66,14 +66,22 @@ class HostedGroup:
     group: RaftGroup
     fsm: DataGroupMachine
     retention: RetentionWorker
+    caught_up: bool = True
+    """False for a replica that started empty (a move or re-add onto this node, a wiped
+    storage) until it applied a read index taken after its start: replaying from the
+    start it applies SERVE long before it has the partition's recent records, and
+    serving then would show a high watermark below one this node process answered
+    before (chaos, 5 nodes: `hw_backwards` after a wipe and a remove-readd). Like
+    Kafka, which lets only in-sync replicas serve reads."""
     topic_id: uuid.UUID = field(init=False)
 
     def __post_init__(self) -> None:
         self.topic_id = uuid.UUID(hex=self.placement.topic_id)
 
     def serves(self) -> bool:
-        """Its machine hosts the partition (SERVE applied): it has the partition's data."""
-        return self.fsm.hosts(self.topic_id, self.placement.partition)
+        """Its machine hosts the partition (SERVE applied) and the replica has caught up:
+        it has the partition's data."""
+        return self.caught_up and self.fsm.hosts(self.topic_id, self.placement.partition)
 
 
 class DataGroups:
@@ -113,6 +121,8 @@ class DataGroups:
         # group -> hand-off attempts to its preferred replica (DONE: it succeeded)
         self._handed: dict[int, int] = {}
         self._handing: set[int] = set()  # a hand-off in flight
+        # group -> its replica's catch-up task (a replica that started empty)
+        self._catching_up: dict[int, asyncio.Task] = {}
         self.hand_offs = 0
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
@@ -135,6 +145,8 @@ class DataGroups:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        for task in list(self._catching_up.values()):
+            task.cancel()
         for h in self.hosted.values():
             await h.retention.stop()
         # The groups themselves stop with the host (RaftHost.stop).
@@ -255,7 +267,13 @@ class DataGroups:
         fsm.on_leader_change.append(self.wake)
         await self.host.start_group(group)
         retention.start()
-        self.hosted[g.group] = HostedGroup(g, group, fsm, retention)
+        fresh = group.commit_index == 0 and group.applied == 0
+        h = HostedGroup(g, group, fsm, retention, caught_up=not fresh)
+        self.hosted[g.group] = h
+        if fresh:
+            self._catching_up[g.group] = asyncio.create_task(
+                self._catch_up(h), name=f"catch-up-{g.group}"
+            )
         self.started_groups += 1
         log.info(
             "sink.groups started group=%d replicas=%s%s",
@@ -264,7 +282,36 @@ class DataGroups:
             f" joining (move to {list(g.target)})" if self.node_id not in g.replicas else "",
         )
 
+    async def _catch_up(self, h: HostedGroup) -> None:
+        """Mark a replica that started empty caught up once it applied a read index
+        taken after its start (retried until a leader answers)."""
+        gid = h.placement.group
+        delay = 0.05
+        try:
+            while self.hosted.get(gid) is h:
+                try:
+                    await h.group.read_index(timeout=5.0)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # no leader yet, leader changed, timeout
+                    log.debug("sink.groups catch-up group=%d retry: %r", gid, exc)
+                    if h.group.fatal_error is not None:
+                        return
+                    await asyncio.sleep(delay)
+                    delay = min(1.0, delay * 2)
+                    continue
+                h.caught_up = True
+                self._notify_data()
+                self.wake()
+                return
+        finally:
+            if self._catching_up.get(gid) is asyncio.current_task():
+                del self._catching_up[gid]
+
     async def _remove_group(self, gid: int) -> None:
+        task = self._catching_up.pop(gid, None)
+        if task is not None:
+            task.cancel()
         h = self.hosted.pop(gid, None)
         if h is not None:
             await h.retention.stop()
