@@ -79,9 +79,12 @@ class HostedGroup:
         self.topic_id = uuid.UUID(hex=self.placement.topic_id)
 
     def serves(self) -> bool:
-        """Its machine hosts the partition (SERVE applied) and the replica has caught up:
-        it has the partition's data."""
-        return self.caught_up and self.fsm.hosts(self.topic_id, self.placement.partition)
+        """Its machine hosts the partition (SERVE applied) and the replica has caught up
+        or leads (a leader's log holds every committed entry: it never waits on the gate,
+        so Produce never meets NOT_LEADER at the leader Metadata names)."""
+        return (self.caught_up or self.group.is_leader()) and self.fsm.hosts(
+            self.topic_id, self.placement.partition
+        )
 
 
 class DataGroups:
@@ -305,8 +308,8 @@ class DataGroups:
                 self.wake()
                 return
         finally:
-            if self._catching_up.get(gid) is asyncio.current_task():
-                del self._catching_up[gid]
+            if self.hosted.get(gid) is h:  # not removed (and replaced) meanwhile
+                self._catching_up.pop(gid, None)
 
     async def _remove_group(self, gid: int) -> None:
         task = self._catching_up.pop(gid, None)
