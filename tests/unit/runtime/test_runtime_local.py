@@ -16,7 +16,10 @@ def run(coro):
 
 def test_replicates_and_applies_everywhere_in_order(tmp_path):
     async def main():
-        c = InProcessRaftCluster(str(tmp_path))
+        # One leader throughout (its term is asserted below): an election timeout of 1-2 s,
+        # not FAST's 0.1-0.2 s, which a loaded CI machine's stall can exceed (seen with
+        # two pytest-xdist workers), electing mid-batch.
+        c = InProcessRaftCluster(str(tmp_path), options=NodeOptions(tick_ms=10, election_ticks=100))
         await c.start()
         leader = await c.leader()
         results = await asyncio.gather(*(leader.apply(b"v%d" % i) for i in range(200)))
