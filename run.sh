@@ -25,37 +25,35 @@ case "$cmd" in
         fi
         echo "== ruff" >&2
         .venv/bin/ruff check .
-        if [ $# -gt 0 ]; then
-            # Arguments: exactly the pytest run they ask for, in one process.
-            echo "== pytest" >&2
+        # pytest ARGS -> its exit code; 5 (nothing collected) counts as a failure (1).
+        run_pytest() {
             set +e
             .venv/bin/python -m pytest "$@"
-            rc=$?
+            local rc=$?
             set -e
             if [ "$rc" -eq 5 ]; then
                 echo "run.sh: pytest collected no tests: that is a failure" >&2
-                exit 1
+                return 1
             fi
-            exit "$rc"
+            return "$rc"
+        }
+        if [ $# -gt 0 ]; then
+            # Arguments: exactly the pytest run they ask for, in one process.
+            echo "== pytest" >&2
+            run_pytest "$@" && exit 0 || exit $?
         fi
         # The whole suite in two phases (tests/conftest.py SERIAL): the tests not marked
         # serial on RAFTSINK_TEST_WORKERS pytest-xdist workers (default 2, or 1 on a
         # one-core machine; whole modules per worker), then the serial ones alone.
         workers="${RAFTSINK_TEST_WORKERS:-$( [ "$(nproc)" -ge 2 ] && echo 2 || echo 1 )}"
         echo "== pytest: parallel phase ($workers workers)" >&2
-        set +e
-        .venv/bin/python -m pytest -n "$workers" --dist loadfile -m "not serial" \
-            --junit-xml=build/pytest-junit.xml
-        rc1=$?
+        rc1=0
+        run_pytest -n "$workers" --dist loadfile -m "not serial" \
+            --junit-xml=build/pytest-junit.xml || rc1=$?
         echo "== pytest: serial phase" >&2
-        .venv/bin/python -m pytest -m serial --junit-xml=build/pytest-junit-serial.xml
-        rc2=$?
-        set -e
+        rc2=0
+        run_pytest -m serial --junit-xml=build/pytest-junit-serial.xml || rc2=$?
         echo "run.sh: parallel phase exit $rc1, serial phase exit $rc2" >&2
-        if [ "$rc1" -eq 5 ] || [ "$rc2" -eq 5 ]; then
-            echo "run.sh: a pytest phase collected no tests: that is a failure" >&2
-            exit 1
-        fi
         [ "$rc1" -eq 0 ] && [ "$rc2" -eq 0 ] || exit 1
         ;;
     *)

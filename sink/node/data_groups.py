@@ -73,6 +73,7 @@ class HostedGroup:
     serving then would show a high watermark below one this node process answered
     before (chaos, 5 nodes: `hw_backwards` after a wipe and a remove-readd). Like
     Kafka, which lets only in-sync replicas serve reads."""
+    catch_up: asyncio.Task | None = None  # sets caught_up (DataGroups._catch_up)
     topic_id: uuid.UUID = field(init=False)
 
     def __post_init__(self) -> None:
@@ -124,8 +125,6 @@ class DataGroups:
         # group -> hand-off attempts to its preferred replica (DONE: it succeeded)
         self._handed: dict[int, int] = {}
         self._handing: set[int] = set()  # a hand-off in flight
-        # group -> its replica's catch-up task (a replica that started empty)
-        self._catching_up: dict[int, asyncio.Task] = {}
         self.hand_offs = 0
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
@@ -148,9 +147,9 @@ class DataGroups:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        for task in list(self._catching_up.values()):
-            task.cancel()
         for h in self.hosted.values():
+            if h.catch_up is not None:
+                h.catch_up.cancel()
             await h.retention.stop()
         # The groups themselves stop with the host (RaftHost.stop).
 
@@ -274,9 +273,7 @@ class DataGroups:
         h = HostedGroup(g, group, fsm, retention, caught_up=not fresh)
         self.hosted[g.group] = h
         if fresh:
-            self._catching_up[g.group] = asyncio.create_task(
-                self._catch_up(h), name=f"catch-up-{g.group}"
-            )
+            h.catch_up = asyncio.create_task(self._catch_up(h), name=f"catch-up-{g.group}")
         self.started_groups += 1
         log.info(
             "sink.groups started group=%d replicas=%s%s",
@@ -290,33 +287,26 @@ class DataGroups:
         taken after its start (retried until a leader answers)."""
         gid = h.placement.group
         delay = 0.05
-        try:
-            while self.hosted.get(gid) is h:
-                try:
-                    await h.group.read_index(timeout=5.0)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # no leader yet, leader changed, timeout
-                    log.debug("sink.groups catch-up group=%d retry: %r", gid, exc)
-                    if h.group.fatal_error is not None:
-                        return
-                    await asyncio.sleep(delay)
-                    delay = min(1.0, delay * 2)
-                    continue
-                h.caught_up = True
-                self._notify_data()
-                self.wake()
-                return
-        finally:
-            if self.hosted.get(gid) is h:  # not removed (and replaced) meanwhile
-                self._catching_up.pop(gid, None)
+        while self.hosted.get(gid) is h:
+            try:
+                await h.group.read_index(timeout=5.0)
+            except Exception as exc:  # no leader yet, leader changed, timeout
+                log.debug("sink.groups catch-up group=%d retry: %r", gid, exc)
+                if h.group.fatal_error is not None:
+                    return
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
+                continue
+            h.caught_up = True
+            self._notify_data()
+            self.wake()
+            return
 
     async def _remove_group(self, gid: int) -> None:
-        task = self._catching_up.pop(gid, None)
-        if task is not None:
-            task.cancel()
         h = self.hosted.pop(gid, None)
         if h is not None:
+            if h.catch_up is not None:
+                h.catch_up.cancel()
             await h.retention.stop()
         await self.host.remove_group(gid, delete=True)
         self.removed_groups += 1
