@@ -177,12 +177,14 @@ def producer(c, **conf):
     )
 
 
-def wait_for(cond, timeout: float, what: str, check=None) -> None:
-    """Poll cond() until true; check() may raise early (e.g. a process died)."""
+def wait_for(cond, timeout: float, what: str, check=None, restart_s: float = 0.0) -> None:
+    """Poll cond() until true; check() may raise early (e.g. a process died). check()
+    returning True means what cond() waits on was restarted: the wait then gets at least
+    restart_s more from that moment."""
     deadline = time.monotonic() + timeout
     while not cond():
-        if check is not None:
-            check()
+        if check is not None and check():
+            deadline = max(deadline, time.monotonic() + restart_s)
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
@@ -317,6 +319,9 @@ class Producers:
             t.join(180)
 
 
+FIRST_BATCH_S = 240.0
+
+
 def count_commits(ckpt: str) -> int:
     d = os.path.join(ckpt, "parquet", "commits")
     return len([f for f in os.listdir(d) if f.isdigit()]) if os.path.isdir(d) else 0
@@ -398,11 +403,16 @@ class Driver:
             return True
         return False
 
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None and not self._restartable():
-            raise AssertionError(
-                f"driver exited {self.proc.returncode}: {tail(self.log_path, start=self.log_start)}"
-            )
+    def check_alive(self) -> bool:
+        """Raises when the driver died of anything but a restartable cause; True when it was
+        restarted just now."""
+        if self.proc.poll() is None:
+            return False
+        if self._restartable():
+            return True
+        raise AssertionError(
+            f"driver exited {self.proc.returncode}: {tail(self.log_path, start=self.log_start)}"
+        )
 
     def wait(self, timeout: float) -> int:
         while True:
@@ -437,22 +447,37 @@ def test_exactly_once_through_leader_and_driver_kills(cluster, spark, tmp_path, 
     # leaders during batch reads).
     kills = 2
     Driver.restarts = 0
+
+    def next_batch(after: int, timeout: float) -> None:
+        # A driver's first batch includes its JVM start and its Python workers' first
+        # connect-back: minutes on a loaded machine (CI runs two test workers beside it).
+        # A driver restarted while waiting gets that allowance again.
+        try:
+            wait_for(
+                lambda: count_commits(paths["ckpt"]) > after,
+                timeout,
+                "a batch",
+                driver.check_alive,
+                FIRST_BATCH_S,
+            )
+        except TimeoutError as exc:
+            log = tail(log_path, start=driver.log_start)
+            raise TimeoutError(f"{exc}; the driver's log:\n{log}") from None
+
     for run in range(kills):
         before = count_commits(paths["ckpt"])
         driver = Driver(cluster, paths, log_path)
-        alive = driver.check_alive
-        wait_for(lambda b=before: count_commits(paths["ckpt"]) > b, 240, "a batch", alive)
+        next_batch(before, FIRST_BATCH_S)
         if run == 0:  # kill -9 the Raft leader while producers and the query run
             leader = asyncio.run(cluster.wait_ready(timeout=30))
             cluster.kill(leader)
             asyncio.run(cluster.wait_ready(timeout=30))
             cluster.start(leader)
             print(f"run {run}: killed and restarted leader {leader}")
-            n = count_commits(paths["ckpt"])
-            wait_for(lambda n=n: count_commits(paths["ckpt"]) > n, 120, "a batch", alive)
+            next_batch(count_commits(paths["ckpt"]), 120)
         delay = rng.uniform(0.0, 2.5)
         time.sleep(delay)  # fault injection: the kill lands at a seeded random moment
-        alive()
+        driver.check_alive()
         driver.kill()
         print(
             f"run {run}: driver killed after {count_commits(paths['ckpt'])} commits (+{delay:.2f} s)"
