@@ -198,6 +198,9 @@ class DataGroupMachine(StateMachine):
         it returns bounds this group's log only)."""
         return self.data.apply_retention(now_ms, self.configs.policy)
 
+    def shortest_retention_ms(self) -> int | None:
+        return self.data.shortest_retention_ms(self.configs.policy)
+
     def retention_floor_index(self) -> int | None:
         return self.data.retention_floor_index()
 

@@ -447,6 +447,10 @@ class SinkStateMachine(StateMachine):
         partition retains data, batches removed)."""
         return self.data.apply_retention(now_ms, self._policy_by_id)
 
+    def shortest_retention_ms(self) -> int | None:
+        """The smallest retention.ms of any topic with partitions (None: all keep forever)."""
+        return self.data.shortest_retention_ms(self._policy_by_id)
+
     def _policy_by_id(self, tid: str) -> TopicPolicy:
         name = self._names.get(tid)
         return self.topic_configs.policy(name if name is not None else "")

@@ -200,6 +200,12 @@ class PartitionData:
             self.retention, self.parts, self.pipelines, policy_of, now_ms
         )
 
+    def shortest_retention_ms(self, policy_of: Callable[[str], TopicPolicy]) -> int | None:
+        """The smallest retention.ms among the hosted partitions' topics (None: every one
+        keeps forever, retention.ms -1): how often retention needs checking here."""
+        times = (policy_of(t).retention_ms for t in {t for t, _ in self.parts})
+        return min((ms for ms in times if ms >= 0), default=None)
+
     def retention_floor_index(self) -> int | None:
         """Highest Raft log index that can be compacted without removing a record
         some registered pipeline has not committed; None: no pipeline constrains.

@@ -81,3 +81,24 @@ def test_data_groups_compact_now_reaches_every_hosted_group(caplog):
     groups.compact_now()
     assert done == [3, 5]
     assert "compact_now failed group=4" in caplog.text
+
+
+def test_short_retention_is_checked_a_32nd_of_its_window_apart():
+    # The check interval bounds how far past its window a topic's data stays on disk.
+    log = Log()
+    worker = RetentionWorker(log.fsm, Node(applied=0), interval_s=30)
+    assert worker.interval() == 30  # no topic yet: the configured interval
+    log.create("forever", {"retention.ms": "-1"})
+    log.produce("forever", int(time.time() * 1000))
+    assert worker.interval() == 30  # nothing expires: no reason to check more often
+    log.create("week", {"retention.ms": str(7 * 86_400_000)})
+    log.produce("week", int(time.time() * 1000))
+    assert worker.interval() == 30  # a long window: the configured interval is finer
+    log.create("short", {"retention.ms": "180000"})
+    log.produce("short", int(time.time() * 1000))
+    assert worker.interval() == 180 / 32  # 5.6 s for a 3-minute topic
+    log.create("tiny", {"retention.ms": "1000"})
+    log.produce("tiny", int(time.time() * 1000))
+    assert worker.interval() == 1.0  # never more often than once a second by itself
+    fast = RetentionWorker(log.fsm, Node(applied=0), interval_s=0.2)
+    assert fast.interval() == 0.2  # unless the operator asked for it
