@@ -204,8 +204,9 @@ class SinkService(AdminOps):
 
     def leader_ready(self) -> bool:
         """Leader whose own-term entry is applied: its applied state includes
-        everything committed before, so its high watermark never regresses."""
-        return self.node.is_leader() and self.fsm.leader_term == self.node.term
+        everything committed before, so its high watermark never regresses; and whose
+        process has not stalled past its lease (RaftGroup.leads_current)."""
+        return self.node.leads_current() and self.fsm.leader_term == self.node.term
 
     def applied_all_committed(self) -> bool:
         """Everything this node knows to be committed is applied (its high watermarks are the
@@ -285,7 +286,7 @@ class SinkService(AdminOps):
             voters,
             (),
             leads,
-            leads and self.fsm.leader_term == term,
+            leads and self.fsm.leader_term == term and node.leads_current(),
             self.node_id in replicas,
             node.applied >= node.commit_index,
         )

@@ -105,6 +105,16 @@ class GroupReadSurface:
         knowing yet; a read needing linearizability goes through read_index)."""
         return self.role is Role.LEADER
 
+    def leads_current(self) -> bool:
+        """Leader, and this process's ticks are current: no stall since its last tick as
+        long as a follower's shortest election timeout less one heartbeat interval, so
+        no other leader can have been elected since the followers last heard from it
+        (RaftHost.ticks_current). What a read that reports the group's high watermark
+        needs besides is_leader()."""
+        o = self.options
+        lease_s = (o.election_ticks - o.heartbeat_ticks) * o.tick_ms / 1000
+        return self.role is Role.LEADER and self.host.ticks_current(lease_s)
+
     def status(self) -> dict:
         c = self.core
         st = {

@@ -59,6 +59,7 @@ import logging
 import os
 import random
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -137,6 +138,9 @@ class RaftHost(HostBeats, HostLiveness, HostTicks):
         self._held: list[Message] = []  # context-less beats waiting for the next beat tick
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.last_tick_at = time.monotonic()
+        """When the tick loop last finished a tick (time.monotonic()): a leader's claims
+        are only as fresh as its last tick (ticks_current)."""
         self._identities: dict[str, IdentityFile] = {}
         # Quiescence needs the coalesced Beats: the node beat and the flag ride there.
         self.quiescence_on = self.options.quiesce and self.options.coalesce_heartbeats

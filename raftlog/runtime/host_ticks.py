@@ -97,6 +97,18 @@ class HostTicks:
             if self.quiescence_on:
                 self._node_beats()
             self._tick_groups(skipped)
+            self.last_tick_at = time.monotonic()
+
+    def ticks_current(self, max_gap_s: float) -> bool:
+        """The tick loop finished a tick within max_gap_s. False after the process was
+        stopped or stalled longer (SIGSTOP, a long pause): until its ticks catch up, the
+        messages that arrived meanwhile are read (a newer term deposes a leader at once)
+        and CheckQuorum runs, a leader of this process may have been deposed without
+        knowing it. The loop's I/O callbacks (a Kafka request waiting in a socket) run
+        before its timers after a stall, so without this check such a leader answered
+        with a high watermark below one its successor had already answered (chaos, 5
+        nodes, pause: `hw_backwards`)."""
+        return time.monotonic() - self.last_tick_at <= max_gap_s
 
     def _tick_groups(self, skipped: int) -> None:
         """Tick every group that is not quiesced; at most campaigns_per_tick of

@@ -128,7 +128,7 @@ class PartitionRouting:
             voters,
             (),
             leads,
-            leads and serves and h.fsm.leader_term == term,
+            leads and serves and h.fsm.leader_term == term and group.leads_current(),
             serves,
             group.applied >= group.commit_index,
         )

@@ -129,8 +129,9 @@ class PartitionRole(NamedTuple):
     leads: bool
     """This node leads the group now (it may be deposed without knowing yet)."""
     ready: bool
-    """This node leads and its own-term entry is applied: its high watermark is the
-    group's, never below an earlier leader's."""
+    """This node leads, its own-term entry is applied and its process has not stalled
+    past its lease (RaftGroup.leads_current): its high watermark is the group's, never
+    below an earlier leader's, nor below a later one's that it does not know of yet."""
     hosted: bool
     """This node holds a replica of the group (else it has no data of the partition)."""
     caught_up: bool

@@ -217,3 +217,24 @@ def test_stale_and_foreign_messages_are_harmless(tmp_path):
         await c.stop()
 
     run(main())
+
+
+def test_a_leader_whose_process_stalled_past_its_lease_is_not_current(tmp_path):
+    # After a stall (SIGSTOP, a long pause) the loop runs I/O callbacks, such as a Kafka
+    # request waiting in a socket, before its timers: until the tick loop has run again,
+    # the leader may have been deposed without knowing it, so it is not current.
+    import time
+
+    async def main():
+        c = InProcessRaftCluster(str(tmp_path), options=NodeOptions(tick_ms=10, election_ticks=100))
+        await c.start()
+        leader = await c.leader()
+        o = leader.options
+        lease_s = (o.election_ticks - o.heartbeat_ticks) * o.tick_ms / 1000
+        await wait_until(leader.leads_current, what="a current leader")
+        time.sleep(lease_s + 0.1)  # the whole process stalls: no tick, no callback
+        assert leader.is_leader() and not leader.leads_current()
+        await wait_until(lambda: leader.leads_current() or not leader.is_leader(), what="a tick")
+        await c.stop()
+
+    run(main())

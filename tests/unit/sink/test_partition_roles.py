@@ -253,25 +253,35 @@ class _OneGroupNode(SimpleNamespace):
     def is_leader(self) -> bool:
         return self.leading
 
+    def leads_current(self) -> bool:
+        return self.leading and not getattr(self, "stalled", False)
+
     def membership(self) -> dict[str, list[int]]:
         return {"voters": [1, 2, 3], "learners": [4]}
 
 
 @pytest.mark.parametrize(
-    ("me", "leading", "fsm_term", "leads", "ready", "hosted"),
+    ("me", "leading", "fsm_term", "leads", "ready", "hosted", "stalled"),
     [
-        (1, True, 7, True, True, True),
-        (1, True, 6, True, False, True),  # own-term entry not applied yet
-        (2, False, 7, False, False, True),
-        (4, False, 7, False, False, True),  # a learner holds the data
-        (5, False, 7, False, False, False),  # removed: no replica
+        (1, True, 7, True, True, True, False),
+        (1, True, 6, True, False, True, False),  # own-term entry not applied yet
+        (1, True, 7, True, False, True, True),  # stalled past its lease: maybe deposed
+        (2, False, 7, False, False, True, False),
+        (4, False, 7, False, False, True, False),  # a learner holds the data
+        (5, False, 7, False, False, False, False),  # removed: no replica
     ],
 )
 def test_sink_service_answers_group_0_for_every_partition(
-    me, leading, fsm_term, leads, ready, hosted
+    me, leading, fsm_term, leads, ready, hosted, stalled
 ):
     node = _OneGroupNode(
-        leading=leading, leader_id=1, last_leader_id=1, term=7, applied=9, commit_index=9
+        leading=leading,
+        leader_id=1,
+        last_leader_id=1,
+        term=7,
+        applied=9,
+        commit_index=9,
+        stalled=stalled,
     )
     fsm = SimpleNamespace(leader_term=fsm_term, on_leader_change=[])
     brokers = {i: ("h", 9090 + i) for i in range(1, 6)}
