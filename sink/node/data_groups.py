@@ -297,10 +297,19 @@ class DataGroups:
                 await asyncio.sleep(delay)
                 delay = min(1.0, delay * 2)
                 continue
-            h.caught_up = True
-            self._notify_data()
-            self.wake()
+            self.mark_caught_up(h)
             return
+
+    def mark_caught_up(self, h: HostedGroup) -> None:
+        """h's replica applied a read index taken after its start (its catch-up task, or a
+        linearizable read that ran one): it serves from now on."""
+        if h.caught_up:
+            return
+        h.caught_up = True
+        if h.catch_up is not None and h.catch_up is not asyncio.current_task():
+            h.catch_up.cancel()
+        self._notify_data()
+        self.wake()
 
     async def _remove_group(self, gid: int) -> None:
         h = self.hosted.pop(gid, None)

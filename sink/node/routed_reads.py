@@ -25,6 +25,10 @@ from sink.state import SinkStateMachine, time_lookup
 NOT_HERE = -1
 """high_watermark / log_start_offset of a partition this node does not serve."""
 
+GATED_READ_INDEX_S = 2.0
+"""How long a linearizable read waits on the read index of a replica behind its catch-up
+gate (read_index_partitions) before it answers -1 for it, as it would without trying."""
+
 
 class _Epochs:
     """PartitionEpochs over the data groups (OffsetForLeaderEpoch)."""
@@ -80,15 +84,32 @@ class RoutedReads:
         about a data group, whose follower (or new leader, before it commits in its term)
         may answer a high watermark below an acknowledged write. Partitions not served
         here are skipped (they answer -1). RaftError / TimeoutError when a group cannot
-        confirm (no leader reachable)."""
-        groups: dict[int, Any] = {}
+        confirm (no leader reachable).
+
+        A replica hosted here that does not serve yet (one that started empty, behind its
+        catch-up gate: HostedGroup.caught_up) gets a read index too, on a best-effort
+        basis: once applied, it holds every write committed before this call, which is the
+        gate's own condition, so it serves from then on. Without this, a topic's followers
+        answered -1 to a linearizable read just after the topic was created and written
+        until their catch-up task's retries came round (CI: test_read_api_over_tls)."""
+        served: dict[int, HostedGroup] = {}
+        gated: dict[int, HostedGroup] = {}
         for topic, partition in partitions:
-            try:
-                h = self.served(topic, partition)
-            except KeyError:
+            _, h = self.groups.lookup(topic, partition)
+            if h is None:
                 continue
-            groups[id(h.group)] = h.group
-        await asyncio.gather(*(g.read_index() for g in groups.values()))
+            (served if h.serves() else gated)[id(h.group)] = h
+        gated = {k: h for k, h in gated.items() if k not in served}
+        answers = await asyncio.gather(
+            asyncio.gather(*(h.group.read_index() for h in served.values())),
+            *(h.group.read_index(timeout=GATED_READ_INDEX_S) for h in gated.values()),
+            return_exceptions=True,
+        )
+        if isinstance(answers[0], BaseException):
+            raise answers[0]
+        for h, answer in zip(gated.values(), answers[1:], strict=True):
+            if not isinstance(answer, BaseException):
+                self.groups.mark_caught_up(h)
 
     def high_watermark(self, topic: str, partition: int) -> int:
         try:
