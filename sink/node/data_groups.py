@@ -297,6 +297,7 @@ class DataGroups:
                 await asyncio.sleep(delay)
                 delay = min(1.0, delay * 2)
                 continue
+            h.catch_up = None  # done: mark_caught_up must not cancel this task
             self.mark_caught_up(h)
             return
 
@@ -306,8 +307,9 @@ class DataGroups:
         if h.caught_up:
             return
         h.caught_up = True
-        if h.catch_up is not None and h.catch_up is not asyncio.current_task():
+        if h.catch_up is not None:
             h.catch_up.cancel()
+            h.catch_up = None
         self._notify_data()
         self.wake()
 

@@ -98,7 +98,10 @@ class RoutedReads:
             _, h = self.groups.lookup(topic, partition)
             if h is None:
                 continue
-            (served if h.serves() else gated)[id(h.group)] = h
+            if h.serves():
+                served[id(h.group)] = h
+            elif not h.caught_up:  # not one whose SERVE is simply not applied yet
+                gated[id(h.group)] = h
         gated = {k: h for k, h in gated.items() if k not in served}
         answers = await asyncio.gather(
             asyncio.gather(*(h.group.read_index() for h in served.values())),

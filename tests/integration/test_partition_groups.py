@@ -277,10 +277,19 @@ def test_bad_input_rf_above_nodes_and_produce_to_a_node_without_a_replica(cluste
         return r.current_leader.leader_id == leader_by_replicas() > 0
 
     wait_for(refused_naming_the_leader, 30, lambda: f"node {outsider}: {answers[-1:]}")
-    lead = leader_by_replicas()
-    assert metadata(port, TOPIC)[partition][0] == lead
-    # The leader itself takes the same request.
-    assert produce_v10(kafka_port(cluster, lead), TOPIC, partition).error_code == 0
+    # The leader itself takes the same request. The leader balancer may move the partition
+    # between the lookup and the request (CI: NOT_LEADER with leader -1, mid-transfer), so
+    # each try asks the leader the replicas name then.
+    taken = []
+
+    def the_leader_takes_it() -> bool:
+        lead = leader_by_replicas()
+        r = produce_v10(kafka_port(cluster, lead), TOPIC, partition) if lead > 0 else None
+        taken.append((lead, r))
+        return r is not None and r.error_code == 0
+
+    wait_for(the_leader_takes_it, 30, lambda: f"the leader's answers: {taken[-3:]}")
+    lead = taken[-1][0]
 
     # Graceful stop (SIGTERM) of that leader: its data groups hand off to other replicas
     # (how many make it within node.shutdown_handoff_ms depends on the machine: printed),

@@ -37,6 +37,9 @@ class _Group:
 class _Hosted:
     def __init__(self, group: _Group, served: bool = True) -> None:
         self.group, self.topic_id, self._served = group, "tid", served
+        self.caught_up = (
+            True  # not behind the catch-up gate: tests/unit/groups/test_routed_read_index.py
+        )
         self.fsm = SimpleNamespace(
             high_watermark=lambda _tid, _p: group.hw,
             log_start_offset=lambda _tid, _p: 0,
