@@ -15,7 +15,11 @@ one catches up (3 voters with 1 dead -> 2 voters, both alive -> 3).
 Invariants the operator keeps on top of the core's (which refuses a configuration
 entry while the previous one is uncommitted):
 - one operator change at a time on this leader: a second is refused with BUSY naming
-  the change in flight (an add waits for catch-up, which the core cannot see);
+  the change in flight (an add waits for catch-up, which the core cannot see); the
+  same change again (the CLI moved on to another node when the one forwarding its
+  call died, or the operator re-ran it) joins the one in flight and gets its outcome;
+  if the first caller goes away (its call cancelled, which stops the change), a
+  joiner gets OUTCOME_UNKNOWN and re-runs it;
 - never remove the last voter; never name a node that is not a member (remove,
   transfer, replace's old node) or add one that already is.
 The state is the leader's: if leadership moves mid-change, the steps already
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,7 +94,7 @@ class MembershipOperator:
         self.fsm = fsm
         self.initial = dict(initial)
         self.catch_up = catch_up or CatchUp()
-        self._in_flight: str | None = None
+        self._in_flight: _Change | None = None
 
     # ------------------------------------------------------------- reading
 
@@ -125,7 +130,7 @@ class MembershipOperator:
             "voters": m["voters"],
             "learners": m["learners"],
             "members": members,
-            "in_flight": self._in_flight,
+            "in_flight": self._in_flight.what if self._in_flight else None,
         }
 
     # ------------------------------------------------------------- changes
@@ -135,11 +140,13 @@ class MembershipOperator:
         a node of the `peers` setting re-added (each node keeps its own view of it)."""
         self._check_id(node_id)
         self._known(node_id, addr)
-        async with self._change(f"add {node_id}"):
-            m = self.node.membership()
-            if node_id in m["voters"]:
+
+        async def body() -> dict[str, Any]:
+            if node_id in self.node.membership()["voters"]:
                 raise MembershipError(ALREADY_MEMBER, f"node {node_id} is already a voter")
             return await self._add(node_id, addr, timeout)
+
+        return await self._exclusive(f"add {node_id}", (addr,), body, timeout)
 
     def check_removable(self, node_id: int) -> bool:
         """The refusals of remove(node_id) before anything is done (a drain comes
@@ -148,8 +155,8 @@ class MembershipOperator:
         itself, after a drain that found nothing on it)."""
         self._check_id(node_id)
         self._require_leader()
-        if self._in_flight is not None:
-            raise MembershipError(BUSY, f"a membership change is in flight: {self._in_flight}")
+        if self._in_flight is not None and self._in_flight.what != f"remove {node_id}":
+            raise self._busy()
         m = self.node.membership()
         if m["voters"] == [node_id]:
             raise MembershipError(LAST_VOTER, f"node {node_id} is the last voter")
@@ -158,8 +165,9 @@ class MembershipOperator:
     async def remove(self, node_id: int, timeout: float) -> dict[str, Any]:
         """Remove a voter or learner (never the last voter)."""
         self._check_id(node_id)
-        async with self._change(f"remove {node_id}"):
-            return await self._remove(node_id, timeout)
+        return await self._exclusive(
+            f"remove {node_id}", (), lambda: self._remove(node_id, timeout), timeout
+        )
 
     async def replace(
         self, old_id: int, new_id: int, addr: MemberAddress | None, timeout: float
@@ -169,7 +177,8 @@ class MembershipOperator:
         self._check_id(old_id)
         self._check_id(new_id)
         self._known(new_id, addr)
-        async with self._change(f"replace {old_id} with {new_id}"):
+
+        async def body() -> dict[str, Any]:
             m = self.node.membership()
             now = set(m["voters"]) | set(m["learners"])
             # Re-run of a replace that a leader change interrupted: the new node's
@@ -195,11 +204,13 @@ class MembershipOperator:
             out["seconds"] = round(time.monotonic() - t0, 3)
             return out
 
+        return await self._exclusive(f"replace {old_id} with {new_id}", (addr,), body, timeout)
+
     async def transfer(self, target: int | None, timeout: float) -> dict[str, Any]:
         """Hand leadership to target, or (None) to the most caught-up other voter."""
         self._require_leader()
         if self._in_flight is not None:
-            raise MembershipError(BUSY, f"a membership change is in flight: {self._in_flight}")
+            raise self._busy()
         return await self._transfer(target, timeout)
 
     # ------------------------------------------------------------- steps
@@ -319,11 +330,35 @@ class MembershipOperator:
             lead = self.node.leader_id
             raise MembershipError(NOT_LEADER, f"node {self.node.id} is not the leader", lead)
 
-    def _change(self, what: str) -> _InFlight:
+    def _busy(self) -> MembershipError:
+        assert self._in_flight is not None
+        return MembershipError(BUSY, f"a membership change is in flight: {self._in_flight.what}")
+
+    async def _exclusive(
+        self,
+        what: str,
+        args: tuple,
+        body: Callable[[], Awaitable[dict[str, Any]]],
+        timeout: float,
+    ) -> dict[str, Any]:
+        """Run body as the one change in flight, or join the same change in flight
+        (equal `what` and args) and return its outcome; any other is BUSY."""
         self._require_leader()
-        if self._in_flight is not None:
-            raise MembershipError(BUSY, f"a membership change is in flight: {self._in_flight}")
-        return _InFlight(self, what)
+        current = self._in_flight
+        if current is not None:
+            if (current.what, current.args) != (what, args):
+                raise self._busy()
+            return await current.join(timeout)
+        change = self._in_flight = _Change(what, args)
+        try:
+            out = await body()
+        except BaseException as exc:
+            change.finish(exc)
+            raise
+        finally:
+            self._in_flight = None
+        change.finish(out)
+        return out
 
     async def _step(self, aw: Any) -> Any:
         """One Raft step; runtime errors become MembershipErrors with a clear code."""
@@ -345,17 +380,39 @@ class MembershipOperator:
             raise MembershipError(TIMEOUT, f"{type(exc).__name__}: {exc}") from None
 
 
-class _InFlight:
-    """Marks the operator busy for the duration of one change."""
+class _Change:
+    """The change in flight: what it is, and its outcome for callers that join it."""
 
-    def __init__(self, op: MembershipOperator, what: str) -> None:
-        self.op, self.what = op, what
+    def __init__(self, what: str, args: tuple) -> None:
+        self.what, self.args = what, args
+        self._outcome: asyncio.Future[dict[str, Any]] = (
+            asyncio.get_running_loop().create_future()
+        )
 
-    async def __aenter__(self) -> None:
-        self.op._in_flight = self.what
+    def finish(self, outcome: dict[str, Any] | BaseException) -> None:
+        """Its first caller's result or error; a cancelled first caller (its client
+        went away, which stops the change) leaves the outcome unknown to joiners."""
+        if isinstance(outcome, asyncio.CancelledError):
+            outcome = MembershipError(
+                OUTCOME_UNKNOWN,
+                f"{self.what} was stopped (its first caller went away); the steps done "
+                "stay: see `raftsink members list`, then run the command again",
+            )
+        if isinstance(outcome, BaseException):
+            self._outcome.set_exception(outcome)
+            self._outcome.exception()  # retrieved: no joiner need be waiting
+        else:
+            self._outcome.set_result(outcome)
 
-    async def __aexit__(self, *exc: object) -> None:
-        self.op._in_flight = None
+    async def join(self, timeout: float) -> dict[str, Any]:
+        done, _ = await asyncio.wait({self._outcome}, timeout=timeout)
+        if not done:
+            raise MembershipError(
+                TIMEOUT,
+                f"{self.what} (in flight, joined) did not finish within {timeout:g} s; "
+                "it goes on: run the command again to wait for it",
+            )
+        return self._outcome.result()
 
 
 def _valid(addr: MemberAddress) -> bool:

@@ -20,6 +20,7 @@ from sink.members.operator import (
     INVALID,
     LAST_VOTER,
     NOT_LEADER,
+    OUTCOME_UNKNOWN,
     TIMEOUT,
     UNKNOWN_NODE,
     CatchUp,
@@ -230,6 +231,53 @@ def test_a_second_change_while_one_is_in_flight_is_refused():
     assert ("remove", 3) not in node.calls
     run(op.remove(3, 5))  # free again once the first ended
     assert ("remove", 3) in node.calls
+
+
+def test_the_same_change_again_joins_the_one_in_flight():
+    """The CLI moves on to another node when the one forwarding its call dies, and an
+    operator re-runs a command: the same change in flight is joined, not refused."""
+    node = FakeNode()
+    node.catch_up_at[4] = 10  # behind until the test lets it catch up
+    op = operator(node)
+
+    async def joined():
+        first = asyncio.ensure_future(op.add(4, A4, 5))
+        while 4 not in node.learners:
+            await asyncio.sleep(0.001)
+        again = asyncio.ensure_future(op.add(4, A4, 5))
+        other = MemberAddress("h9:1", "h9:2", "h9:3")
+        with pytest.raises(MembershipError) as info:  # same node, other addresses
+            await op.add(4, other, 5)
+        assert info.value.code == BUSY
+        with pytest.raises(MembershipError) as info:  # a joiner's own deadline
+            await op.add(4, A4, 0.01)
+        assert info.value.code == TIMEOUT and "goes on" in str(info.value)
+        node.matches[4] = node.commit_index
+        return await first, await again
+
+    first, again = run(joined())
+    assert first == again and first["node"] == 4
+    assert node.calls == [("learner", 4, "h4:1"), ("voter", 4)]  # one change, not two
+
+    node = FakeNode()
+    node.catch_up_at[4] = 10
+    op = operator(node)
+
+    async def first_caller_gone():
+        first = asyncio.ensure_future(op.add(4, A4, 5))
+        while 4 not in node.learners:
+            await asyncio.sleep(0.001)
+        again = asyncio.ensure_future(op.add(4, A4, 5))
+        await asyncio.sleep(0.01)
+        first.cancel()  # its client went away: the change stops
+        with pytest.raises(MembershipError) as info:
+            await again
+        assert info.value.code == OUTCOME_UNKNOWN and "run the command again" in str(info.value)
+        node.matches[4] = node.commit_index
+        return await op.add(4, A4, 5)  # the re-run resumes: 4 is a learner already
+
+    out = run(first_caller_gone())
+    assert out["node"] == 4 and node.membership()["voters"] == [1, 2, 3, 4]
 
 
 def test_removing_the_leader_hands_over_first_and_says_where():
