@@ -385,9 +385,7 @@ class _Change:
 
     def __init__(self, what: str, args: tuple) -> None:
         self.what, self.args = what, args
-        self._outcome: asyncio.Future[dict[str, Any]] = (
-            asyncio.get_running_loop().create_future()
-        )
+        self._outcome: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
 
     def finish(self, outcome: dict[str, Any] | BaseException) -> None:
         """Its first caller's result or error; a cancelled first caller (its client
