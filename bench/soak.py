@@ -18,7 +18,9 @@ disk and latency must stay flat.
    and a slope over part of a tooth is not growth), disk_parts_growth_mb_per_hour_node1
    (segments / LMDB index / snapshots), disk_max_mb, retained_mb (the data a
    retention window holds at the offered load), fds_max, p99_ms_max_interval,
-   p99_ms_median_interval, and the targets (issue 14): RSS <= 300 MB per node, growth
+   p99_ms_median_interval, stalls_total (each node's gen-2 gc ms, gc pauses >= 50 ms and
+   event-loop lags >= 100 ms over the soak; per sample, the worst node's in "stalls":
+   raftlog.runtime.stall_watch), and the targets (issue 14): RSS <= 300 MB per node, growth
    <= 20 MB/hour, disk growth <= 5% of the retained volume per hour, worst interval
    p99 <= 3x the median interval's.
 """
@@ -95,6 +97,37 @@ def floor_series(ts: list[float], ys: list[float]) -> tuple[list[float], list[fl
     ~30 MB over 10-20 minutes); the slope of the floors measures what stays behind."""
     pts = [(ts[i], ys[i]) for i in range(1, len(ys)) if ys[i] < ys[i - 1]]
     return [t for t, _ in pts], [y for _, y in pts]
+
+
+STALL_KEYS = ("gc_pause_seconds_gen2", "gc_pauses_over_50ms", "loop_lags_over_100ms")
+
+
+def stall_counters(cluster: SinkProcessCluster) -> dict[int, dict[str, float]]:
+    """Each node's stall counters (raftlog.runtime.stall_watch, in `raftsink status`)."""
+
+    async def read() -> dict[int, dict[str, float]]:
+        out = {}
+        for i in cluster.nodes:
+            st = await cluster.status(i) or {}
+            out[i] = {k: float(st.get("stalls", {}).get(k, 0)) for k in STALL_KEYS}
+        return out
+
+    return asyncio.run(read())
+
+
+def stall_delta(
+    before: dict[int, dict[str, float]], after: dict[int, dict[str, float]]
+) -> dict[str, float]:
+    """Over the interval, the worst node's: gen-2 gc ms, gc pauses >= 50 ms, loop lags
+    >= 100 ms (who held the loop when p99 rose)."""
+    return {
+        key: round(
+            max(after[i][key] - before.get(i, {}).get(key, 0.0) for i in after)
+            * (1000 if key.startswith("gc_pause_seconds") else 1),
+            1,
+        )
+        for key in STALL_KEYS
+    }
 
 
 def slope_per_hour(ts: list[float], ys: list[float]) -> float:
@@ -256,6 +289,7 @@ def main() -> int:
         thread = threading.Thread(target=load.run_paced, args=(rate,), daemon=True)
         thread.start()
         samples = []
+        stalls = first_stalls = stall_counters(cluster)
         t0 = time.monotonic()
         end = t0 + args.minutes * 60
         nxt = t0
@@ -266,6 +300,7 @@ def main() -> int:
             exited = cluster.exited()
             if exited:
                 raise RuntimeError(f"node(s) exited during the soak: {exited}")
+            stalls_now = stall_counters(cluster)
             s = {
                 "t": round(time.monotonic() - t0, 1),
                 "rss_mb": {i: round(rss_mb(p), 1) for i, p in pids.items()},
@@ -275,7 +310,9 @@ def main() -> int:
                 "p99_ms": round(percentile(lat, 0.99), 2) if lat else None,
                 "acked": len(lat),
                 "load": loadavg(),
+                "stalls": stall_delta(stalls, stalls_now),
             }
+            stalls = stalls_now
             samples.append(s)
             print(json.dumps(s), flush=True)
             if time.monotonic() >= end:
@@ -323,6 +360,7 @@ def main() -> int:
         "fds_max": max(max(s["fds"].values()) for s in samples),
         "p99_ms_max_interval": max(p99s) if p99s else None,
         "p99_ms_median_interval": statistics.median(p99s) if p99s else None,
+        "stalls_total": {i: stall_delta({i: first_stalls[i]}, {i: stalls[i]}) for i in stalls},
         "loadavg_start": load_start,
         "loadavg_end": loadavg(),
     }

@@ -12,10 +12,12 @@ Public surface:
     StateMachine    the callbacks an application implements (braft's FSM)
     ApplyResult     (index, term, result) of an applied proposal
     NodeOptions     typed configuration
+    stall_watch     GC pauses and event-loop lag of the process (install, installed)
     errors          NotLeaderError, LeaderChangedError, ProposalTimeoutError, BusyError, NodeStoppedError;
                     LogRangeError (raftlog.storage's, raised by read_committed)
 """
 
+from raftlog.runtime import stall_watch
 from raftlog.runtime.errors import (
     BusyError,
     LeaderChangedError,
@@ -51,4 +53,5 @@ __all__ = [
     "SnapshotStore",
     "StateMachine",
     "check_snapshot_files",
+    "stall_watch",
 ]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from raftlog.runtime import stall_watch
+
 
 def extra_metrics(node: Any) -> dict[str, float]:
     """The node's own counters beside the registry's collectors (`/metrics`)."""
@@ -33,6 +35,8 @@ def extra_metrics(node: Any) -> dict[str, float]:
         "disk_refused_transfers": node.transport.refused_transfers,
         "tls_reloads": node.tls.reloads if node.tls is not None else 0,
         "tls_failed_reloads": node.tls.failed_reloads if node.tls is not None else 0,
+        # gc pauses and event-loop lag (raftlog.runtime.stall_watch; `raftsink serve`)
+        **(watch.counters() if (watch := stall_watch.installed()) else {}),
     }
 
 
@@ -62,6 +66,8 @@ def extra_status(node: Any) -> dict[str, Any]:
     """Added to the read API's Status (`raftsink status`): the Kafka listeners'
     overload figures and, when storage is guarded, the disk guard's state."""
     out: dict[str, Any] = {"kafka": kafka_stats(node)}
+    if (watch := stall_watch.installed()) is not None:
+        out["stalls"] = watch.status()
     if node.service is not None:
         out["quotas"] = node.service.quota_status()
     if node.disk is not None:

@@ -31,6 +31,7 @@ import signal
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from raftlog.runtime import stall_watch
 from raftlog.runtime.gc_tuning import tune_gc_for_latency
 from raftlog.storage.errors import CorruptLogError
 from raftlog.storage.identity import IdentityError
@@ -149,6 +150,7 @@ async def serve(config: SinkConfig, ready_line: bool = True) -> None:
             raise
         _stop_loudly(config, exc)
     tune_gc_for_latency()
+    stall_watch.install(asyncio.get_running_loop())
     if ready_line:
         print(
             f"ready node={config.node_id} kafka={config.me.kafka} read_api={config.me.read_api}",
