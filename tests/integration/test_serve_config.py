@@ -96,6 +96,8 @@ def test_serve_takes_each_setting_from_file_env_and_flags(tmp_path):
             b'raftsink_kafka_refused_connections_total{node="1",reason="per_ip"}',
             b"raftsink_group_offsets_committed",  # consumer-group offsets held
             b"raftsink_group_offsets_expired",
+            b"raftsink_gc_pause_seconds_gen2",  # the process's stalls (stall_watch)
+            b"raftsink_loop_lags_over_100ms",
         ):
             assert name in body, name
     finally:
