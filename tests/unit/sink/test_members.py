@@ -233,18 +233,28 @@ def test_a_second_change_while_one_is_in_flight_is_refused():
     assert ("remove", 3) in node.calls
 
 
+async def two_adds_of_4(op: MembershipOperator, node: FakeNode) -> tuple:
+    """An add of node 4 in flight (a learner that has not caught up), and the same add
+    again, both running."""
+    first = asyncio.ensure_future(op.add(4, A4, 5))
+    while 4 not in node.learners:
+        await asyncio.sleep(0.001)
+    return first, asyncio.ensure_future(op.add(4, A4, 5))
+
+
+def lagging_learner_4() -> tuple[FakeNode, MembershipOperator]:
+    node = FakeNode()
+    node.catch_up_at[4] = 10  # behind until the test lets it catch up
+    return node, operator(node)
+
+
 def test_the_same_change_again_joins_the_one_in_flight():
     """The CLI moves on to another node when the one forwarding its call dies, and an
     operator re-runs a command: the same change in flight is joined, not refused."""
-    node = FakeNode()
-    node.catch_up_at[4] = 10  # behind until the test lets it catch up
-    op = operator(node)
+    node, op = lagging_learner_4()
 
     async def joined():
-        first = asyncio.ensure_future(op.add(4, A4, 5))
-        while 4 not in node.learners:
-            await asyncio.sleep(0.001)
-        again = asyncio.ensure_future(op.add(4, A4, 5))
+        first, again = await two_adds_of_4(op, node)
         other = MemberAddress("h9:1", "h9:2", "h9:3")
         with pytest.raises(MembershipError) as info:  # same node, other addresses
             await op.add(4, other, 5)
@@ -259,15 +269,10 @@ def test_the_same_change_again_joins_the_one_in_flight():
     assert first == again and first["node"] == 4
     assert node.calls == [("learner", 4, "h4:1"), ("voter", 4)]  # one change, not two
 
-    node = FakeNode()
-    node.catch_up_at[4] = 10
-    op = operator(node)
+    node, op = lagging_learner_4()
 
     async def first_caller_gone():
-        first = asyncio.ensure_future(op.add(4, A4, 5))
-        while 4 not in node.learners:
-            await asyncio.sleep(0.001)
-        again = asyncio.ensure_future(op.add(4, A4, 5))
+        first, again = await two_adds_of_4(op, node)
         await asyncio.sleep(0.01)
         first.cancel()  # its client went away: the change stops
         with pytest.raises(MembershipError) as info:
