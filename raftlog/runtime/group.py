@@ -54,6 +54,7 @@ from raftlog.runtime.compaction import Compaction
 from raftlog.runtime.errors import (
     LeaderChangedError,
     NodeStoppedError,
+    NotLeaderError,
 )
 from raftlog.runtime.group_api import GroupClientMixin, Waiter
 from raftlog.runtime.group_apply import GroupApply
@@ -378,9 +379,37 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
         if ss.lead:
             self.last_leader_id = ss.lead
         if was_leader and ss.role is not Role.LEADER:
-            self._fail_waiters(LeaderChangedError("leadership lost; outcome unknown"))
+            self._on_step_down()
             self._leader_started_term = 0
             self.fsm.on_leader_stop()
+
+    def _on_step_down(self) -> None:
+        """Leadership lost. Proposals only queued (never in the log) fail with
+        NotLeaderError: nothing was proposed, a retry is safe. Proposals placed in
+        the log keep their waiters: a later leader may still commit them (a
+        leadership transfer usually does), and the apply loop settles each one as
+        its index is applied here, success if the entry there has the term it was
+        proposed in, LeaderChangedError if a later leader replaced it, or the
+        proposal timeout says the outcome is unknown. Failing them at once would
+        tell a client "failed" for an entry that commits, and a client without
+        idempotence would then write it twice. They wait at most outcome_wait_ticks
+        (then LeaderChangedError, from _housekeep). Reads need leadership: they fail."""
+        queued, self._proposals = self._proposals, []
+        err = NotLeaderError(self.leader_id, self.peers.get(self.leader_id))
+        for _, fut, _ in queued:
+            if not fut.done():
+                fut.set_exception(err)
+        self._pending_count = len(self._waiters)
+        wait_until = (
+            time.monotonic() + self.options.outcome_wait_ticks * self.options.tick_ms / 1000
+        )
+        for w in self._waiters.values():
+            w.deadline = min(w.deadline, wait_until)
+        lost = LeaderChangedError("leadership lost; outcome unknown")
+        for w in self._reads.values():
+            if not w.future.done():
+                w.future.set_exception(lost)
+        self._reads.clear()
 
     def _fail_waiters(self, exc: Exception) -> None:
         queued, self._proposals = self._proposals, []

@@ -92,9 +92,8 @@ class GroupClientMixin:
         except core.ProposalDroppedError as exc:
             err = LeaderChangedError(f"proposal refused: {exc}")
         else:
-            waiters = self._waiters
             for (index, term), (_, fut, deadline) in zip(placed, batch, strict=True):
-                waiters[index] = Waiter(term, fut, deadline)
+                self._park(index, Waiter(term, fut, deadline))
             self.stats.proposals += len(placed)
             return
         self._pending_count -= len(batch)
@@ -183,8 +182,22 @@ class GroupClientMixin:
             self._check_running()
         self._sync_quiesced()
         fut = self._loop.create_future()
-        self._waiters[index] = Waiter(term, fut, deadline)
+        self._park(index, Waiter(term, fut, deadline))
         self._pending_count += 1
         self._wake.set()
         await fut
         return index
+
+    def _park(self, index: int, waiter: Waiter) -> None:
+        """Wait for index to be applied. A waiter still parked at index is from an
+        earlier term of this node's leadership (kept through a step-down, see
+        RaftGroup._on_step_down): the new entry at its index means a later leader
+        truncated it, so its outcome is known now: not applied."""
+        old = self._waiters.get(index)
+        if old is not None:
+            self._pending_count -= 1
+            if not old.future.done():
+                old.future.set_exception(
+                    LeaderChangedError(f"entry {index} was replaced by a later leader")
+                )
+        self._waiters[index] = waiter

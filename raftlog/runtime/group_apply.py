@@ -42,6 +42,7 @@ class GroupApply:
                         entries = []
                         self.fsm.on_snapshot_load(nxt.data)
                         self.applied = self._compaction.last_index = nxt.meta.index
+                        self._unknown_below(nxt.meta.index)
                         self.queue.set_applied(self.applied)
                         continue
                     entries.extend(nxt)
@@ -112,6 +113,18 @@ class GroupApply:
                 else:
                     keep.append((index, fut))
             self._applied_waiters = keep
+
+    def _unknown_below(self, index: int) -> None:
+        """A snapshot covered proposals kept through a step-down: whether their
+        entries made it is not known here, and never will be."""
+        waiters = self._waiters
+        for i in [i for i in waiters if i <= index]:
+            w = waiters.pop(i)
+            self._pending_count -= 1
+            if not w.future.done():
+                w.future.set_exception(
+                    LeaderChangedError(f"entry {i} was covered by a snapshot; outcome unknown")
+                )
 
     def _maybe_snapshot(self) -> None:
         if self._compaction.due(self.applied):

@@ -11,7 +11,8 @@ caller, when nothing is ahead of them in the Ready pipeline (group.py).
 
 from __future__ import annotations
 
-from raftlog.runtime.errors import ProposalTimeoutError
+from raftlog.core import Role
+from raftlog.runtime.errors import LeaderChangedError, ProposalTimeoutError
 
 
 class GroupInbound:
@@ -118,6 +119,8 @@ class GroupInbound:
                 if not w.future.done():
                     w.future.set_exception(
                         ProposalTimeoutError("no commit within the timeout; outcome unknown")
+                        if self.role is Role.LEADER
+                        else LeaderChangedError("leadership lost; outcome unknown")
                     )
         if now - self._last_checkpoint >= self.options.commit_checkpoint_s:
             self._last_checkpoint = now

@@ -26,6 +26,12 @@ class NodeOptions:
     """Back-pressure: apply() raises BusyError beyond this many uncommitted proposals."""
     proposal_timeout_s: float = 10.0
     """apply()/read_index() fail with a timeout error after this long."""
+    outcome_wait_ticks: int = 40
+    """A leader that loses leadership keeps its proposals already in the log waiting
+    up to this many ticks (40: 1.2 s, four election timeouts) for their outcome: a
+    later leader commits them (success; a leadership transfer usually does) or
+    replaces them (failed). Past it, or when a snapshot covers them, they fail as
+    outcome unknown (Kafka: NOT_LEADER_OR_FOLLOWER, the client retries)."""
     max_append_bytes: int = 1 << 20
     """Entry bytes per AppendEntries message (at least one entry is sent)."""
     max_inflight_msgs: int = 256
@@ -80,6 +86,7 @@ class NodeOptions:
             "max_inflight_bytes",
             "max_committed_bytes",
             "snapshot_chunk_bytes",
+            "outcome_wait_ticks",
         ):
             value = getattr(self, name)
             if value <= 0:

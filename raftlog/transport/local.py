@@ -2,8 +2,8 @@
 
 Messages go through the codec (encode, then decode with full validation), so a
 test on LocalNetwork exercises the wire mapping too. Delivery is on the event
-loop (call_soon), in order per (src, dst) pair. `partition`/`heal` and
-`isolate` drop messages between sets of nodes. Groups are routed as in
+loop (call_soon), in order per (src, dst) pair. `partition`/`heal`,
+`isolate` and `cut` (one direction) drop messages between nodes. Groups are routed as in
 GrpcTransport: `start(handler)` or `register_group`; a message for a group
 with no handler is dropped alone and counted.
 """
@@ -37,6 +37,10 @@ class LocalNetwork:
                     for y in b:
                         self._blocked.add((x, y))
                         self._blocked.add((y, x))
+
+    def cut(self, src: int, dst: int) -> None:
+        """Drop messages from src to dst only (dst to src still flows)."""
+        self._blocked.add((src, dst))
 
     def isolate(self, node: int) -> None:
         others = [n for n in self._nodes if n != node]

@@ -77,24 +77,90 @@ def test_failover_and_restart_catch_up(tmp_path):
     run(main())
 
 
-def test_isolated_leader_steps_down_and_fails_pending_proposals(tmp_path):
+# Proposals outlive their leader's step-down only as long as these tests choose:
+# outcome_wait_ticks of 100,000 ticks (1,000 s) waits for the outcome whatever the
+# machine's load; a 600 s proposal timeout leaves outcome_wait_ticks the only clock.
+PATIENT = NodeOptions(
+    tick_ms=FAST.tick_ms,
+    election_ticks=FAST.election_ticks,
+    outcome_wait_ticks=100_000,
+    proposal_timeout_s=600,
+)
+IMPATIENT = NodeOptions(
+    tick_ms=FAST.tick_ms, election_ticks=FAST.election_ticks, proposal_timeout_s=600
+)
+
+
+def test_isolated_leader_steps_down_and_its_replaced_proposal_fails(tmp_path):
     async def main():
-        c = InProcessRaftCluster(str(tmp_path))
+        c = InProcessRaftCluster(str(tmp_path), options=PATIENT)
         await c.start()
         old = await c.leader()
         c.net.isolate(old.id)
         pending = asyncio.ensure_future(old.apply(b"lost?"))
-        with pytest.raises(LeaderChangedError):
-            await pending
-        assert not old.is_leader()  # CheckQuorum
+        await wait_until(lambda: not old.is_leader(), what="CheckQuorum step-down")
         new = await c.leader(exclude=old.id)
         r = await new.apply(b"after")
+        # The outcome is not known while the old leader is cut off: it keeps waiting.
+        assert not pending.done()
         c.net.heal()
+        # Back in touch, it learns that the new leader replaced its entry.
+        with pytest.raises(LeaderChangedError, match="replaced by a later leader"):
+            await pending
         await wait_until(
             lambda: any(d == b"after" for _, d in c.fsms[old.id].applied), what="old leader rejoins"
         )
         assert c.fsms[old.id].applied == c.fsms[new.id].applied[: len(c.fsms[old.id].applied)]
+        assert b"lost?" not in {d for _, d in c.fsms[new.id].applied}
         assert r.index > 0
+        assert old.status()["pending_proposals"] == 0
+        await c.stop()
+
+    run(main())
+
+
+def test_a_cut_off_old_leader_stops_waiting_after_outcome_wait_ticks(tmp_path):
+    async def main():
+        c = InProcessRaftCluster(str(tmp_path), options=IMPATIENT)
+        await c.start()
+        old = await c.leader()
+        c.net.isolate(old.id)
+        pending = asyncio.ensure_future(old.apply(b"lost?"))
+        # Still cut off: only outcome_wait_ticks (0.4 s here) can end the wait.
+        with pytest.raises(LeaderChangedError, match="leadership lost; outcome unknown"):
+            await pending
+        assert not old.is_leader()
+        assert old.status()["pending_proposals"] == 0
+        await c.stop()
+
+    run(main())
+
+
+def test_a_proposal_that_a_later_leader_commits_succeeds_on_the_old_leader(tmp_path):
+    """The followers get the entry but their acknowledgements never reach the leader:
+    it steps down (CheckQuorum) not knowing, a follower takes over and commits the
+    entry. The old leader's caller must hear success, not "failed": a client told
+    "failed" for a committed write, without idempotence, writes it twice."""
+
+    async def main():
+        c = InProcessRaftCluster(str(tmp_path), options=PATIENT)
+        await c.start()
+        old = await c.leader()
+        others = [i for i in c.ids if i != old.id]
+        for i in others:
+            c.net.cut(i, old.id)
+        pending = asyncio.ensure_future(old.apply(b"kept"))
+        await wait_until(
+            lambda: all(any(d == b"kept" for _, d in c.fsms[i].applied) for i in others),
+            what="a later leader commits the entry",
+        )
+        assert not old.is_leader()
+        assert not pending.done()
+        c.net.heal()
+        r = await pending
+        assert r.index == next(i for i, d in c.fsms[others[0]].applied if d == b"kept")
+        assert [d for _, d in c.fsms[others[0]].applied].count(b"kept") == 1
+        assert old.status()["pending_proposals"] == 0
         await c.stop()
 
     run(main())
