@@ -147,6 +147,17 @@ def test_a_proposal_that_a_later_leader_commits_succeeds_on_the_old_leader(tmp_p
         await c.start()
         old = await c.leader()
         others = [i for i in c.ids if i != old.id]
+        # Both followers in the replicate state first: a leader still probing a
+        # follower sends it nothing more until that follower answers, and with its
+        # answers cut the entry would never reach it (seen on a loaded machine).
+        warm = await old.apply(b"warm")
+        await wait_until(
+            lambda: all(
+                f["state"] == "replicate" and f["match"] >= warm.index
+                for f in old.status()["followers"].values()
+            ),
+            what="both followers replicating",
+        )
         for i in others:
             c.net.cut(i, old.id)
         pending = asyncio.ensure_future(old.apply(b"kept"))
