@@ -231,8 +231,11 @@ class AckProbe:
                 "linger.ms": 0,
                 "enable.idempotence": True,
                 "message.timeout.ms": 30_000,
+                "statistics.interval.ms": 200,
+                "stats_cb": self._on_stats,
             }
         )
+        self._stats: tuple[float, dict] | None = None  # (when received, librdkafka's stats)
         self.latencies: list[float] = []
         self.ack_times: list[float] = []
         self.errors: list[str] = []
@@ -273,6 +276,21 @@ class AckProbe:
                     f"{len(self.latencies)} acks of {n} within {timeout_s}s; errors {self.errors[:3]}"
                 )
             time.sleep(0.02)
+
+    def _on_stats(self, raw: str) -> None:
+        self._stats = (time.monotonic(), json.loads(raw))
+
+    def broker_disconnects(self, since: float, timeout_s: float = 10.0) -> dict[str, int]:
+        """Disconnects of the producer's broker connections (the ones metadata named,
+        not the bootstrap connection librdkafka may close itself) per broker, from
+        librdkafka's statistics emitted after since (waited for)."""
+        deadline = time.monotonic() + timeout_s
+        while self._stats is None or self._stats[0] <= since:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no producer statistics after {since} within {timeout_s}s")
+            time.sleep(0.02)
+        brokers = self._stats[1]["brokers"].values()
+        return {b["name"]: b["disconnects"] for b in brokers if b["nodeid"] >= 0}
 
     def max_gap(self, since: float, until: float) -> float:
         """Longest time without an acknowledgement within [since, until]."""
