@@ -91,13 +91,19 @@ IMPATIENT = NodeOptions(
 )
 
 
+async def _isolated_leader_proposing(tmp_path, options: NodeOptions):
+    """A 3-node cluster whose leader is cut off right after it was asked to apply
+    b"lost?" -> (cluster, old leader, the pending apply)."""
+    c = InProcessRaftCluster(str(tmp_path), options=options)
+    await c.start()
+    old = await c.leader()
+    c.net.isolate(old.id)
+    return c, old, asyncio.ensure_future(old.apply(b"lost?"))
+
+
 def test_isolated_leader_steps_down_and_its_replaced_proposal_fails(tmp_path):
     async def main():
-        c = InProcessRaftCluster(str(tmp_path), options=PATIENT)
-        await c.start()
-        old = await c.leader()
-        c.net.isolate(old.id)
-        pending = asyncio.ensure_future(old.apply(b"lost?"))
+        c, old, pending = await _isolated_leader_proposing(tmp_path, PATIENT)
         await wait_until(lambda: not old.is_leader(), what="CheckQuorum step-down")
         new = await c.leader(exclude=old.id)
         r = await new.apply(b"after")
@@ -121,11 +127,7 @@ def test_isolated_leader_steps_down_and_its_replaced_proposal_fails(tmp_path):
 
 def test_a_cut_off_old_leader_stops_waiting_after_outcome_wait_ticks(tmp_path):
     async def main():
-        c = InProcessRaftCluster(str(tmp_path), options=IMPATIENT)
-        await c.start()
-        old = await c.leader()
-        c.net.isolate(old.id)
-        pending = asyncio.ensure_future(old.apply(b"lost?"))
+        c, old, pending = await _isolated_leader_proposing(tmp_path, IMPATIENT)
         # Still cut off: only outcome_wait_ticks (0.4 s here) can end the wait.
         with pytest.raises(LeaderChangedError, match="leadership lost; outcome unknown"):
             await pending
