@@ -394,34 +394,33 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
         tell a client "failed" for an entry that commits, and a client without
         idempotence would then write it twice. They wait at most outcome_wait_ticks
         (then LeaderChangedError, from _housekeep). Reads need leadership: they fail."""
-        queued, self._proposals = self._proposals, []
-        err = NotLeaderError(self.leader_id, self.peers.get(self.leader_id))
-        for _, fut, _ in queued:
-            if not fut.done():
-                fut.set_exception(err)
+        self._fail_queued(NotLeaderError(self.leader_id, self.peers.get(self.leader_id)))
         self._pending_count = len(self._waiters)
         wait_until = (
             time.monotonic() + self.options.outcome_wait_ticks * self.options.tick_ms / 1000
         )
         for w in self._waiters.values():
             w.deadline = min(w.deadline, wait_until)
-        lost = LeaderChangedError("leadership lost; outcome unknown")
-        for w in self._reads.values():
-            if not w.future.done():
-                w.future.set_exception(lost)
-        self._reads.clear()
+        self._fail_table(self._reads, LeaderChangedError("leadership lost; outcome unknown"))
 
     def _fail_waiters(self, exc: Exception) -> None:
+        self._fail_queued(exc)
+        self._pending_count = 0
+        self._fail_table(self._waiters, exc)
+        self._fail_table(self._reads, exc)
+
+    def _fail_queued(self, exc: Exception) -> None:
         queued, self._proposals = self._proposals, []
         for _, fut, _ in queued:
             if not fut.done():
                 fut.set_exception(exc)
-        self._pending_count = 0
-        for table in (self._waiters, self._reads):
-            for w in table.values():
-                if not w.future.done():
-                    w.future.set_exception(exc)
-            table.clear()
+
+    @staticmethod
+    def _fail_table(table: dict, exc: Exception) -> None:
+        for w in table.values():
+            if not w.future.done():
+                w.future.set_exception(exc)
+        table.clear()
 
     def _watch_write(self, fut: asyncio.Future) -> None:
         """A disk write nobody awaits (the ordered path awaits a later one): its
