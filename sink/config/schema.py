@@ -80,11 +80,19 @@ class NodeSection:
     at most this long, then stops (Kafka clients get NOT_LEADER_OR_FOLLOWER and move);
     0: stop at once (the others elect a leader after an election timeout)."""
 
+    shutdown_drain_ms: int = 2000
+    """On SIGTERM, after the hand-off: the Kafka listeners take no new connections or
+    requests and each connection closes once the requests it already sent are
+    answered (a produce in flight gets its outcome instead of a cut connection, which
+    a client without idempotence answers by sending the batch again), waiting at most
+    this long; then the rest are cut. Above raft.outcome_wait_ticks' time (1.2 s by
+    default), the longest a produce waits for its outcome after a leader change.
+    0: cut at once."""
+
     def __post_init__(self) -> None:
-        if self.shutdown_handoff_ms < 0:
-            raise ConfigError(
-                f"node.shutdown_handoff_ms must be >= 0, got {self.shutdown_handoff_ms}"
-            )
+        for name in ("shutdown_handoff_ms", "shutdown_drain_ms"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"node.{name} must be >= 0, got {getattr(self, name)}")
         if self.id < 1:
             raise ConfigError(f"node.id must be >= 1, got {self.id}")
         if not self.data_dir:

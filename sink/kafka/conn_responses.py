@@ -132,7 +132,7 @@ class ResponseQueue:
             self.transport.abort()  # type: ignore[union-attr]
             self._teardown()
             return
-        if self._closing and not self._queue and not self._over:
+        if self._closing and not self._queue and self._blocked != "step" and not self._over:
             self._close_now()
         elif self._blocked == "room" and self._has_room():
             self.server.room_waiters.discard(self._room_wake)

@@ -198,6 +198,23 @@ class Connection(InputFlow, MemoryShare, Dispatcher, ResponseQueue, asyncio.Buff
             self.transport.abort()
         self._teardown()
 
+    def drain(self) -> None:
+        """Graceful shutdown: read nothing more and close once the responses of the
+        requests already dispatched are written (the queue, and a dispatch step still
+        running): a produce in flight gets its outcome, not a cut connection that a
+        client without idempotence would answer by sending the batch again. What was
+        not dispatched (a frame partly read, requests waiting behind a step) is
+        dropped: the client sends it again elsewhere. The server aborts what is still
+        open after its grace (KafkaServer.drain)."""
+        if self._admitted is None or self._over:
+            return
+        self.closed_reason = self.closed_reason or CloseReason.SHUTDOWN.value
+        self._begin_close()
+        if self._task is not None and self._blocked == "memory":
+            self._task.cancel()  # a frame not read yet: it is dropped
+        if not self._queue and self._blocked != "step":
+            self._close_now()
+
     def _teardown(self) -> None:
         """The connection is over for the listener: stop its timers, give back what
         it holds (the queued responses' produce bytes, its memory reservations).

@@ -184,6 +184,21 @@ class KafkaServer:
             for wake in list(self.room_waiters):
                 wake()
 
+    async def drain(self, grace_s: float) -> int:
+        """Graceful shutdown's step before stop(): accept no more connections, read no
+        more requests, and let each connection close once it has answered what it
+        already read (Connection.drain), waiting at most grace_s. Returns how many
+        were still open then (stop() aborts them)."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.drain()
+        if self.connections and grace_s > 0:
+            self._all_closed = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._all_closed.wait(), grace_s)
+        return len(self.connections)
+
     async def stop(self) -> None:
         if self._refusal_log is not None:
             self._refusal_log.cancel()

@@ -267,6 +267,19 @@ class SinkNode(GroupsWiring, SecurityWiring, ListenerWiring):
         log.warning("sink.shutdown node=%d handed leadership to node %d", node.id, target)
         return target
 
+    async def drain_clients(self, grace_s: float) -> None:
+        """Graceful shutdown, after the hand-off: the Kafka listeners answer what their
+        connections already sent (a produce in flight settles when its entry applies
+        here, or after raft.outcome_wait_ticks), then close them; at most grace_s."""
+        listeners = [k for k in (self.kafka, self.kafka_external) if k is not None]
+        left = await asyncio.gather(*(k.drain(grace_s) for k in listeners))
+        if sum(left):
+            log.warning(
+                "sink.shutdown %d Kafka connections still owed answers after %.1f s: cut",
+                sum(left),
+                grace_s,
+            )
+
     async def stop(self) -> None:
         if self.member_watch is not None:
             await self.member_watch.stop()

@@ -2,7 +2,9 @@
 
 SIGHUP reloads the TLS certificate, key and CA files (sink.security.tls).
 SIGTERM/SIGINT stop gracefully: a leader first hands leadership to its most caught-up
-voter (node.shutdown_handoff_ms), then listeners, read API and Raft stop in turn.
+voter (node.shutdown_handoff_ms), the Kafka listeners answer what their connections
+already sent and close them (node.shutdown_drain_ms), then listeners, read API and Raft
+stop in turn.
 
 A node whose log turns out damaged while it runs (a read finds a bad CRC, a missing
 frame) and can be repaired (storage.on_corruption "repair", node identity, another
@@ -171,6 +173,7 @@ async def serve(config: SinkConfig, ready_line: bool = True) -> None:
         # Graceful: a leader hands over before it stops accepting work, so produce
         # stalls for one TimeoutNow round instead of an election timeout.
         await node.hand_off_leadership(config.node.shutdown_handoff_ms / 1000)
+        await node.drain_clients(config.node.shutdown_drain_ms / 1000)
         if not await stop_within(node, config.node_id, STOP_GRACEFUL_S, "on a signal"):
             raise SystemExit(EXIT_STOP_INCOMPLETE)
     else:

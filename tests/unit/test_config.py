@@ -302,6 +302,7 @@ def test_node_options_join_raft_storage_and_retention():
         ({**BASE, "raft.heartbeat_ticks": 10}, r"raft\.heartbeat_ticks must be below"),
         ({**BASE, "storage.segment_bytes": 100}, r"storage\.segment_bytes must be >= 4096"),
         ({**BASE, "kafka.produce_timeout_s": 0}, r"kafka\.produce_timeout_s must be positive"),
+        ({**BASE, "node.shutdown_drain_ms": -1}, r"node\.shutdown_drain_ms must be >= 0"),
         (
             {**BASE, "kafka.sequence_gap_grace_ms": -1},
             r"kafka\.sequence_gap_grace_ms must be >= 0",

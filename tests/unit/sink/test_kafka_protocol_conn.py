@@ -316,3 +316,74 @@ def test_abort_and_loss_release_everything(stop):
         assert server.admission.total == 0
 
     run(body)
+
+
+def test_drain_answers_what_was_read_then_closes_and_reads_nothing_more():
+    """Graceful shutdown (KafkaServer.drain): a request already read is answered, even
+    one whose handler is still waiting (a produce waiting for its outcome after a
+    hand-off); a later request is never dispatched; each connection closes once it
+    owes nothing, an idle one at once."""
+
+    async def body():
+        server, busy, t = open_conn()
+        idle = Connection(server)
+        t_idle = FakeTransport()
+        idle.connection_made(t_idle)  # type: ignore[arg-type]
+        gate = asyncio.Event()
+        from sink.kafka import handlers
+
+        api = handlers.REGISTRY[API_VERSIONS]
+        real = api.handle
+        calls = []
+
+        async def slow(ctx, call):
+            calls.append(call)
+            await gate.wait()
+            return await real(ctx, call)
+
+        object.__setattr__(api, "handle", slow)
+        try:
+            feed(busy, api_versions(1))
+            assert t.out == b"" and len(calls) == 1
+            drained = asyncio.ensure_future(server.drain(10.0))
+            await asyncio.sleep(0)
+            assert t_idle.closed and idle not in server.connections  # owed nothing
+            assert not t.closed and busy in server.connections  # owes an answer
+            feed(busy, api_versions(2))  # after the drain began: dropped
+            gate.set()
+            assert await drained == 0
+        finally:
+            object.__setattr__(api, "handle", real)
+        assert [corr_of(f) for f in responses(t.out)] == [1]
+        assert len(calls) == 1 and t.closed and not t.aborted
+        assert not server.connections and server.admission.total == 0
+        assert busy.closed_reason == "server shutdown"
+
+    run(body)
+
+
+def test_drain_cuts_what_is_still_owed_after_its_grace():
+    async def body():
+        server, conn, t = open_conn()
+        gate = asyncio.Event()
+        from sink.kafka import handlers
+
+        api = handlers.REGISTRY[API_VERSIONS]
+        real = api.handle
+
+        async def stuck(ctx, call):
+            await gate.wait()
+            return await real(ctx, call)
+
+        object.__setattr__(api, "handle", stuck)
+        try:
+            feed(conn, api_versions(1))
+            assert await server.drain(0.05) == 1
+            await server.stop()
+        finally:
+            object.__setattr__(api, "handle", real)
+            gate.set()
+        assert t.aborted and not server.connections
+        assert server.memory.requests.used == 0 and server.admission.total == 0
+
+    run(body)
