@@ -19,6 +19,9 @@
     {"op": "move_done", "group": G, "target": [N, ...]}
                                          (sent by a group's leader once its voters are
                                          the target: sink/node/replica_moves.py)
+    {"op": "host", "node": N, "host": LABEL}
+                                         (partition groups: sent by node N to register
+                                         its node.host: sink/node/host_labels.py)
 
 "timeout_s" (default 600) bounds a change. Bad input is answered with code "invalid"
 and a message naming the field; a change on a follower is forwarded to the leader once
@@ -37,7 +40,7 @@ from sink.members.drain import Drainer, progress_error
 from sink.members.operator import INVALID, NOT_LEADER, MembershipError, MembershipOperator
 from sink.readapi import read_api_pb2 as pb
 from sink.readapi.client import ReadApiClient
-from sink.state.members import MemberAddress
+from sink.state.members import MemberAddress, check_host_label
 
 log = logging.getLogger("sink.members")
 
@@ -53,6 +56,7 @@ OPS = (
     "move_done",
     "undrain",
     "rebalance",
+    "host",
 )
 MOVE_OPS = ("move", "moves", "move_done", "rebalance")
 DEFAULT_TIMEOUT_S = 600.0
@@ -80,6 +84,12 @@ def parse_request(text: str) -> dict[str, Any]:
             raise MembershipError(INVALID, "move needs a topic name")
         _check_int(req.get("partition"), "partition", 0)
         _check_nodes(req.get("replicas"), "replicas")
+    if op == "host":
+        _check_int(req.get("node"), "node", 1)
+        try:
+            check_host_label(req.get("host"))
+        except ValueError as exc:
+            raise MembershipError(INVALID, f"host: {exc}") from None
     if op == "move_done":
         _check_int(req.get("group"), "group", 1)
         _check_nodes(req.get("target"), "target")
@@ -166,6 +176,10 @@ class MembersEndpoint:
             return op.describe()
         if kind in MOVE_OPS:
             return await self._run_move(req)
+        if kind == "host":
+            if self.moves is None:
+                raise MembershipError(INVALID, "host: partition groups are off (one group)")
+            return await self.moves.register_host(req["node"], req["host"], timeout)
         if kind == "retire":
             if self.retire is not None:
                 self._bg = asyncio.ensure_future(self.retire("the leader removed this node"))

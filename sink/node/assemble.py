@@ -57,6 +57,7 @@ from sink.node.balance_driver import LeaderBalanceDriver
 from sink.node.compaction import compaction_limit
 from sink.node.data_groups import DataGroups
 from sink.node.disk_watch import DiskWatch
+from sink.node.host_labels import HostAnnouncer
 from sink.node.layout import resolve_layout
 from sink.node.leaders import LeaderPoller, LeadersTable
 from sink.node.pipeline_commits import PipelineCommits
@@ -106,6 +107,7 @@ class SinkNode(GroupsWiring, SecurityWiring, ListenerWiring):
         self.users: UserService | None = None
         self.kafka: KafkaServer | None = None
         self.kafka_external: KafkaServer | None = None
+        self.host_announcer: HostAnnouncer | None = None
         self.transport: Any = None
         self.disk: DiskWatch | None = None
         self.retention: RetentionWorker | None = None
@@ -207,6 +209,8 @@ class SinkNode(GroupsWiring, SecurityWiring, ListenerWiring):
         await self._start_kafka()
         self.member_watch.start()
         await self._start_read_api()
+        if self.data_groups is not None:
+            self._start_host_announcer()
         self._start_metrics()
         log.warning(
             "sink.ready node=%d kafka=%s raft=%s read_api=%s",
@@ -281,6 +285,8 @@ class SinkNode(GroupsWiring, SecurityWiring, ListenerWiring):
             )
 
     async def stop(self) -> None:
+        if self.host_announcer is not None:
+            await self.host_announcer.stop()
         if self.member_watch is not None:
             await self.member_watch.stop()
         if self.producer_expiry is not None:

@@ -6,8 +6,9 @@ With cluster.partition_groups: the RaftHost whose group 0 is the controller
 table, the routing, the pipelines' commits and the leader-balancer driver
 (_start_data_groups: after the SinkService exists, before any Kafka port opens); what
 those drive calls back (producer-state expiry targets, a group's preferred replicas,
-a finished move); and the membership lookups they share (Raft addresses, the voters
-and their hosts, the peers down, the hosts new partitions may be placed on).
+a finished move); this node's host-label registration (_start_host_announcer); and the
+membership lookups they share (Raft addresses, the voters and their hosts, the peers
+down, the hosts new partitions may be placed on).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sink.lifecycle.producer_expiry import ExpiryTarget
 from sink.node import settle
 from sink.node.balance_driver import LeaderBalanceDriver, RaftHostSource
 from sink.node.data_groups import DataGroups
+from sink.node.host_labels import HostAnnouncer, labels_settled, unregistered, voter_hosts
 from sink.node.leaders import LeaderPoller, LeadersTable
 from sink.node.pipeline_commits import PipelineCommits
 from sink.node.replica_moves import MoveDriver, MoveOps
@@ -31,6 +33,10 @@ from sink.node.routing import PartitionRouting
 from sink.readapi.client import ReadApiClient
 
 log = logging.getLogger("sink.node")
+
+HOSTS_SETTLE_S = 5.0
+"""Longest a topic creation (or CreatePartitions) waits for every voter to have
+registered its host label (a cluster just started) before placing without them."""
 
 
 def _applier(group: Any) -> Callable[[bytes], Awaitable[Any]]:
@@ -118,6 +124,7 @@ class GroupsWiring:
                 self._placement_hosts,
                 cfg.cluster.default_replication_factor,
                 settle_s=settle.SETTLE_S,
+                hosts_settled=self._hosts_settled,
             )
         )
         # Restart: the controller's own replica applies what it knows to be committed
@@ -186,13 +193,38 @@ class GroupsWiring:
         }
 
     def _voter_hosts(self) -> dict[int, str | None]:
-        """The controller's voters and their host labels: this node's `node.host`;
-        every other node counts as its own host until the controller's membership
-        carries labels (docs/partition-groups.md)."""
-        assert self.node is not None
-        me = self.config.node_id
-        label = self.config.node.host or None
-        return {n: (label if n == me else None) for n in self.node.membership()["voters"]}
+        """The controller's voters placement may use and their host labels: this
+        node's `node.host`, the others' as registered through the controller's log
+        (sink/node/host_labels.py: unregistered voters are left out while labels are
+        in use)."""
+        assert self.node is not None and self.fsm is not None
+        voters = self.node.membership()["voters"]
+        return voter_hosts(voters, self.fsm.members.hosts, self.config.node_id, self._label)
+
+    def _unregistered(self) -> list[int]:
+        assert self.node is not None and self.fsm is not None
+        voters = self.node.membership()["voters"]
+        return unregistered(voters, self.fsm.members.hosts, self.config.node_id, self._label)
+
+    async def _hosts_settled(self) -> list[int]:
+        return await labels_settled(self._unregistered, HOSTS_SETTLE_S)
+
+    @property
+    def _label(self) -> str:
+        return self.config.node.host
+
+    def _start_host_announcer(self) -> None:
+        """Register this node's host label with the controller (after the read API is
+        up: the registration goes through its Members call)."""
+        endpoint, fsm = self.members_endpoint, self.fsm
+        assert endpoint is not None and fsm is not None
+        self.host_announcer = HostAnnouncer(
+            self.config.node_id,
+            self._label,
+            lambda: fsm.members.hosts,
+            lambda text: endpoint.call(text, forwarded=False),
+        )
+        self.host_announcer.start()
 
     def _peers_down(self) -> set[int]:
         """The nodes this node's host cannot reach now (RaftHost's peers_down)."""

@@ -46,6 +46,7 @@ from sink.placement import (
     next_step,
     plan_rebalance,
 )
+from sink.state.members import encode_host_member
 from sink.state.placement_table import GroupPlacement, encode_move, encode_move_done
 
 log = logging.getLogger("sink.moves")
@@ -222,6 +223,17 @@ class MoveOps:
                     }
                 )
         return out
+
+    async def register_host(self, node: int, label: str, timeout: float) -> dict[str, Any]:
+        """Commit node's host label (sent by that node: sink/node/host_labels.py); a
+        label already applied commits nothing."""
+        self._require_leader()
+        m = self.controller.membership()
+        if node not in m["voters"] and node not in m["learners"]:
+            raise MembershipError(INVALID, f"host: node {node} is not a member")
+        if self.fsm.members.hosts.get(node) != label:
+            await self.commit(encode_host_member(node, label), timeout)  # applies as node id
+        return {"op": "host", "node": node, "host": label}
 
     async def commit(self, data: bytes, timeout: float) -> str | None:
         """Commit one controller entry here (the leader) -> its refusal, if any."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sink.kafka.handlers.services import PartitionRole
@@ -36,7 +36,7 @@ from sink.kafka.protocol.records import BatchHeader
 from sink.node import grow_topic, settle
 from sink.node.data_groups import DataGroups, HostedGroup
 from sink.node.leaders import LeaderPoller, LeadersTable
-from sink.placement import PlacementError, Topology, count_load, place_partitions
+from sink.placement import PlacementError, place_partitions
 from sink.service import SinkService, _done
 from sink.service_errors import _error_of
 from sink.state import CreateTopicResult, ProduceResult
@@ -59,12 +59,16 @@ class PartitionRouting:
         hosts: Callable[[], dict[int, str | None]],
         default_replication_factor: int,
         settle_s: float = 0.0,
+        hosts_settled: Callable[[], Awaitable[list[int]]] | None = None,
     ) -> None:
         """hosts() -> node id -> host label (None: its own host) of every controller
         voter: the nodes placement may use. default_replication_factor: for RF -1
         (0: min(3, the number of those nodes)). settle_s: how long a creation waits
         after its commit for the new partitions' preferred leaders to serve them
-        (sink/node/settle.py; 0: answer at commit)."""
+        (sink/node/settle.py; 0: answer at commit). hosts_settled(): waits (bounded)
+        until every voter registered its host label (sink/node/host_labels.py), so a
+        creation just after start places on every node."""
+        self.hosts_settled = hosts_settled
         self.service = service
         self.groups = groups
         self.leaders = leaders
@@ -223,14 +227,20 @@ class PartitionRouting:
                 configs = validate_all(configs)
             except TopicConfigError:
                 return CreateTopicResult(ErrorCode.invalid_config, None)
+        missing = await self.hosts_settled() if self.hosts_settled is not None else []
         hosts = self.hosts()
         rf = self.replication_factor(replication_factor, len(hosts))
         table = svc.fsm.placement
-        topology = Topology(hosts, None, count_load(table.assignments()))
+        # Load only on the nodes placement may use (a node being drained, or not
+        # registered yet, still holds replicas but is not in hosts).
+        topology = grow_topic.topology_of(hosts, table.assignments())
         try:
             replicas = place_partitions(topology, partitions, rf, topic=name)
         except PlacementError as exc:
-            return CreateTopicResult(exc.code, None)
+            why = str(exc)
+            if missing:
+                why += f"; node(s) {missing} have not registered their node.host yet"
+            return CreateTopicResult(exc.code, None, why)
         # The controller's recorded incarnations: the new groups' sealed start
         # (sink/state/placement_table.py, PLACE_TOPIC)
         incs = svc.node.incarnations()
@@ -288,6 +298,8 @@ class PartitionRouting:
             current = [g.replicas for g in table.of_topic(info.topic_id.hex)]
             if len(current) != info.partitions:  # a one-group topic in a groups cluster
                 return ErrorCode.invalid_request, f"topic {name!r} has no partition placement"
+            if self.hosts_settled is not None:
+                await self.hosts_settled()
             topology = grow_topic.topology_of(self.hosts(), table.assignments())
             try:
                 replicas = grow_topic.added_replicas(

@@ -91,6 +91,7 @@ class TopicInfo(NamedTuple):
 class CreateTopicResult(NamedTuple):
     error: ErrorCode
     topic: TopicInfo | None
+    message: str | None = None  # why, for the client, when the code alone is vague
 
 
 class SinkStateMachine(StateMachine):
@@ -559,6 +560,7 @@ class SinkStateMachine(StateMachine):
             "groups": self.groups.to_json(),
             "members": self.members.to_json(),
             "members_draining": self.members.draining_json(),
+            "members_hosts": self.members.hosts_json(),
             "users": self.users.to_json(),
             "acls": self.acls.to_json(),
         }
@@ -585,7 +587,7 @@ class SinkStateMachine(StateMachine):
         self.topic_configs.load_json(state.get("topic_configs", {}))
         self.groups = GroupStore.from_json(state.get("groups", []))
         self.members = MemberTable.from_json(
-            state.get("members", []), state.get("members_draining", [])
+            state.get("members", []), state.get("members_draining", []), state.get("members_hosts")
         )
         self.users = UserTable.from_json(state.get("users", {}))
         self.acls = AclTable.from_json(state.get("acls", []))

@@ -10,11 +10,18 @@ operator's add/replace writes the member's addresses into the log first:
                             | JSON {"op": "forget", "id": N}
                             | JSON {"op": "drain", "id": N}
                             | JSON {"op": "undrain", "id": N}
+                            | JSON {"op": "host", "id": N, "host": LABEL}
 
 Applied on every node into MemberTable (in the snapshot under "members"). Addresses
 of the initial members come from the `peers` setting; a table entry overrides it
 (replacing a node at a new address). An unreadable entry is logged and skipped,
 never a crashed node.
+
+"host" records the node's host label (`node.host`; "" for none: the node is its own
+host), which each node registers itself at start and again when it changes (KRaft's
+broker registration carries the rack the same way): placement on the controller's
+leader reads every voter's label from here (sink/node/host_labels.py). "forget" clears
+it. In the snapshot under "members_hosts".
 
 "drain" marks a node being drained (partition groups: `raftsink members remove` moves
 its data groups away first, sink/members/drain.py): placement gives it no new replica
@@ -73,10 +80,34 @@ def encode_drain_member(node_id: int, draining: bool = True) -> bytes:
 
 
 DRAIN_OPS = ("drain", "undrain")
+HOST_LABEL_MAX = 255
 
 
-def decode_member_command(data: bytes) -> tuple[str, int, MemberAddress | None]:
-    """(op, node id, address or None); ValueError on anything else."""
+def check_host_label(label: Any) -> str:
+    """label if it is a host label (`node.host`'s rules: printable text of at most 255
+    characters without spaces, ',', '=' or '/'; "" for none); else ValueError."""
+    if not isinstance(label, str) or (
+        label
+        and (
+            len(label) > HOST_LABEL_MAX
+            or not label.isprintable()
+            or any(c.isspace() or c in ",=/" for c in label)
+        )
+    ):
+        raise ValueError(f"member command: bad host label {label!r}")
+    return label
+
+
+def encode_host_member(node_id: int, label: str) -> bytes:
+    """Record node_id's host label ("" for none)."""
+    if node_id < 1:
+        raise ValueError(f"node id must be >= 1, got {node_id}")
+    body = {"op": "host", "id": node_id, "host": check_host_label(label)}
+    return b"M" + json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_member_command(data: bytes) -> tuple[str, int, MemberAddress | str | None]:
+    """(op, node id, address, host label or None); ValueError on anything else."""
     if data[:1] != b"M":
         raise ValueError("not a member command")
     try:
@@ -90,6 +121,8 @@ def decode_member_command(data: bytes) -> tuple[str, int, MemberAddress | None]:
         raise ValueError(f"member command: bad node id {node_id!r}")
     if op == "forget" or op in DRAIN_OPS:
         return op, node_id, None
+    if op == "host":
+        return op, node_id, check_host_label(body.get("host"))
     if op != "set":
         raise ValueError(f"member command: unknown op {op!r}")
     addr = MemberAddress(body.get("raft"), body.get("kafka"), body.get("read_api"))
@@ -103,21 +136,29 @@ class MemberTable:
         self.addresses: dict[int, MemberAddress] = dict(addresses or {})
         self.draining: set[int] = set()
         """Nodes being drained: placement gives them no new replicas."""
+        self.hosts: dict[int, str] = {}
+        """Node id -> the host label it registered ("": none, its own host); a node
+        missing here has not registered yet."""
         self.version = 0
         """Bumped on every applied change (the node's watcher compares it)."""
 
     def apply(self, data: bytes) -> int:
         """Apply one "M" entry; returns the node id it named. ValueError if unreadable."""
-        op, node_id, addr = decode_member_command(data)
+        op, node_id, arg = decode_member_command(data)
         if op == "drain":
             self.draining.add(node_id)
         elif op == "undrain":
             self.draining.discard(node_id)
-        elif addr is None:  # forget: a removed node is drained no more
+        elif op == "host":
+            assert isinstance(arg, str)
+            self.hosts[node_id] = arg
+        elif op == "forget":  # a removed node is drained no more, its label forgotten
             self.addresses.pop(node_id, None)
             self.draining.discard(node_id)
+            self.hosts.pop(node_id, None)
         else:
-            self.addresses[node_id] = addr
+            assert isinstance(arg, MemberAddress)
+            self.addresses[node_id] = arg
         self.version += 1
         return node_id
 
@@ -130,9 +171,18 @@ class MemberTable:
     def draining_json(self) -> list[int]:
         return sorted(self.draining)
 
+    def hosts_json(self) -> dict[str, str]:
+        return {str(n): h for n, h in sorted(self.hosts.items())}
+
     @classmethod
-    def from_json(cls, data: list[list[Any]], draining: list[int] | None = None) -> MemberTable:
+    def from_json(
+        cls,
+        data: list[list[Any]],
+        draining: list[int] | None = None,
+        hosts: dict[str, str] | None = None,
+    ) -> MemberTable:
         table = cls({int(i): MemberAddress(r, k, ra) for i, r, k, ra in data})
         table.draining = {int(n) for n in draining or ()}
+        table.hosts = {int(n): h for n, h in (hosts or {}).items()}
         table.version = 1
         return table

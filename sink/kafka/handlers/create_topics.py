@@ -107,7 +107,11 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
             else:
                 res = await ctx.topics.create_topic(t.name, n, replication_factor=rf)
             err, info = res.error, res.topic
-            msg = None if err == ErrorCode.none else f"create topic {t.name!r} failed ({err.name})"
+            msg = (
+                None
+                if err == ErrorCode.none
+                else res.message or f"create topic {t.name!r} failed ({err.name})"
+            )
         ok = err == ErrorCode.none and configs is not None
         out.append(
             {

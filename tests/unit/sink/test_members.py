@@ -34,6 +34,7 @@ from sink.state.members import (
     MemberTable,
     decode_member_command,
     encode_forget_member,
+    encode_host_member,
     encode_set_member,
 )
 
@@ -50,6 +51,32 @@ def test_member_command_round_trip_and_table():
     t.apply(data)
     again = MemberTable.from_json(json.loads(json.dumps(t.to_json())))
     assert again.addresses == {4: A4}
+
+
+def test_host_labels_are_registered_replaced_forgotten_and_snapshotted():
+    t = MemberTable()
+    t.apply(encode_host_member(2, "h1"))
+    t.apply(encode_host_member(3, ""))  # registered without a label: its own host
+    assert t.hosts == {2: "h1", 3: ""}
+    t.apply(encode_host_member(2, "rack-b"))  # restarted with another node.host
+    assert t.hosts == {2: "rack-b", 3: ""}
+    t.apply(encode_forget_member(3))
+    assert t.hosts == {2: "rack-b"}
+    fsm = SinkStateMachine()
+    fsm.on_apply([LogEntry(1, 1, EntryType.DATA, encode_host_member(5, "h2"))])
+    restored = SinkStateMachine()
+    restored.on_snapshot_load(fsm.on_snapshot_save())
+    assert restored.members.hosts == {5: "h2"}
+
+
+@pytest.mark.parametrize("label", ["a b", "h1,h2", "r=1", "a/b", "x" * 256, "\x00", 7, None])
+def test_bad_host_labels_are_refused(label):
+    body = json.dumps({"op": "host", "id": 2, "host": label}).encode()
+    with pytest.raises(ValueError, match="host label"):
+        decode_member_command(b"M" + body)
+    if isinstance(label, str):
+        with pytest.raises(ValueError, match="host label"):
+            encode_host_member(2, label)
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,9 @@ class _StuckOnGracefulStop(_StuckOnStop):
     async def hand_off_leadership(self, seconds: float) -> int:
         return 0
 
+    async def drain_clients(self, seconds: float) -> None:
+        pass
+
     async def stop(self) -> None:
         await self._stuck_here()
 

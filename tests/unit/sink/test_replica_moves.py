@@ -251,3 +251,21 @@ def test_cli_builds_the_request_and_refuses_bad_usage():
     for kw in ({"topic": "t", "partition": 0}, {"topic": "t", "partition": 0, "replicas": "a,b"}):
         with pytest.raises(ValueError):
             build_request(_args(**kw))
+
+
+def test_register_host_commits_a_member_label_once_and_refuses_others():
+    ops, c, _ = _ops()
+    c.membership = lambda: {"voters": {1, 2, 3}, "learners": {4}}  # type: ignore[attr-defined]
+    out = asyncio.run(ops.register_host(4, "h2", 5.0))
+    assert out == {"op": "host", "node": 4, "host": "h2"}
+    assert c.fsm.members.hosts == {4: "h2"}
+    index = c.index
+    asyncio.run(ops.register_host(4, "h2", 5.0))  # already applied: nothing committed
+    assert c.index == index
+    with pytest.raises(MembershipError, match="not a member") as err:
+        asyncio.run(ops.register_host(9, "h2", 5.0))
+    assert err.value.code == INVALID
+    follower, _, _ = _ops(leader=False)
+    with pytest.raises(MembershipError) as err:
+        asyncio.run(follower.register_host(4, "h2", 5.0))
+    assert err.value.code == NOT_LEADER
