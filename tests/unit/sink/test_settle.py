@@ -135,3 +135,27 @@ def test_create_partitions_waits_for_the_new_partitions_only():
         return await asyncio.wait_for(task, FAR)
 
     assert asyncio.run(run()) == (ErrorCode.none, None)
+
+
+def test_a_creation_while_a_node_holding_replicas_is_left_out_of_placement():
+    """A node being drained (or not registered) holds replicas but is not among the
+    nodes placement may use: its load is left out (Topology refuses unknown nodes, so
+    counting it failed the creation with a ValueError) and it gets no new replica."""
+    ctl = Ctl()
+    hosts = dict(HOSTS)
+    service = SimpleNamespace(
+        fsm=ctl.fsm, node=FakeNode(ctl), options=SinkOptions(), brokers={1: 1, 2: 2, 3: 3}
+    )
+    r = PartitionRouting(service, Groups(ctl, set()), LeadersTable(), None, lambda: hosts, 0)  # type: ignore[arg-type]
+
+    async def run():
+        first = await r.create_topic("before", 3, None, 3)  # replicas on 1, 2 and 3
+        hosts.pop(3)  # node 3 is drained: left out
+        return first, await r.create_topic("after", 2, None, 2)
+
+    first, res = asyncio.run(run())
+    assert first.error == ErrorCode.none
+    assert res.error == ErrorCode.none, res
+    info = ctl.fsm.topic("after")
+    placed = [g.replicas for g in ctl.fsm.placement.of_topic(info.topic_id.hex)]
+    assert all(3 not in r for r in placed) and len(placed) == 2, placed
