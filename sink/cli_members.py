@@ -210,14 +210,16 @@ def format_list(result: dict[str, Any]) -> str:
         f"leader {result.get('leader') or '-'}  term {result.get('term')}  "
         f"commit {result.get('commit')}"
         + (f"  in flight: {result['in_flight']}" if result.get("in_flight") else ""),
-        f"{'node':>4} {'kind':<8} {'match':>9} {'lag':>7}  raft / kafka / read_api",
+        f"{'node':>4} {'kind':<8} {'match':>9} {'lag':>7}  {'host':<8} raft / kafka / read_api",
     ]
     for nid, m in sorted(result.get("members", {}).items(), key=lambda kv: int(kv[0])):
         addr = m.get("addresses") or {}
         where = " / ".join(addr.get(k, "?") for k in ("raft", "kafka", "read_api")) or "?"
+        # "-": not registered (one group, or not yet); "": registered without a label
+        host = m.get("host", "-") or f"({nid})"
         lines.append(
             f"{nid:>4} {'voter' if m['voter'] else 'learner':<8} {m.get('match', '-'):>9} "
-            f"{m.get('lag', '-'):>7}  {where}"
+            f"{m.get('lag', '-'):>7}  {host:<8} {where}"
         )
     return "\n".join(lines)
 

@@ -115,6 +115,8 @@ class MembershipOperator:
                 "voter": nid in m["voters"],
                 "addresses": addr._asdict() if addr else None,
             }
+            if nid in self.fsm.members.hosts:  # registered (partition groups)
+                entry["host"] = self.fsm.members.hosts[nid]
             if nid == self.node.id:
                 entry["match"] = st["durable_index"]
             elif nid in followers:

@@ -360,13 +360,23 @@ def test_describe_shows_voters_learners_lag_and_addresses():
     node = FakeNode(learners=(4,))
     fsm = SinkStateMachine()
     fsm.members.apply(encode_set_member(4, A4))
+    fsm.members.apply(encode_host_member(4, "rack-b"))
+    fsm.members.apply(encode_host_member(2, ""))
     node.matches = {2: 100, 3: 98, 4: 40}
     d = operator(node, fsm).describe()
     assert d["voters"] == [1, 2, 3] and d["learners"] == [4]
-    assert d["members"]["4"] == {"voter": False, "addresses": A4._asdict(), "match": 40, "lag": 60}
-    assert d["members"]["3"]["lag"] == 2
+    assert d["members"]["4"] == {
+        "voter": False,
+        "addresses": A4._asdict(),
+        "match": 40,
+        "lag": 60,
+        "host": "rack-b",
+    }
+    assert d["members"]["3"]["lag"] == 2 and "host" not in d["members"]["3"]
     text = format_list(d)
     assert "learner" in text and "h4:2" in text
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[2:]}
+    assert rows["4"][4] == "rack-b" and rows["2"][4] == "(2)" and rows["3"][4] == "-"
 
 
 @pytest.mark.parametrize(
