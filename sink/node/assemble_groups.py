@@ -125,6 +125,7 @@ class GroupsWiring:
                 cfg.cluster.default_replication_factor,
                 settle_s=settle.SETTLE_S,
                 hosts_settled=self._hosts_settled,
+                down=self._peers_down,
             )
         )
         # Restart: the controller's own replica applies what it knows to be committed

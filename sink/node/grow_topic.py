@@ -63,6 +63,17 @@ def topology_of(hosts: Mapping[int, str | None], assignments: Sequence[Sequence[
     return Topology(dict(hosts), None, load)
 
 
+def prefer_live(topology: Topology, down: set[int], replication_factor: int) -> Topology:
+    """topology without the nodes that are down as places for new replicas, when the
+    live ones still span replication_factor hosts (KRaft places on unfenced brokers
+    only); else unchanged: a node down for a moment holds a replica it catches up on
+    when back, better than refusing a topic that placement rules allow."""
+    live = frozenset(n for n in topology.live_nodes if n not in down)
+    if live == topology.live or len({topology.host_of(n) for n in live}) < replication_factor:
+        return topology
+    return Topology(dict(topology.hosts), live, dict(topology.load))
+
+
 def added_replicas(
     topology: Topology,
     topic: str,

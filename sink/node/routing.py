@@ -60,6 +60,7 @@ class PartitionRouting:
         default_replication_factor: int,
         settle_s: float = 0.0,
         hosts_settled: Callable[[], Awaitable[list[int]]] | None = None,
+        down: Callable[[], set[int]] | None = None,
     ) -> None:
         """hosts() -> node id -> host label (None: its own host) of every controller
         voter: the nodes placement may use. default_replication_factor: for RF -1
@@ -67,8 +68,11 @@ class PartitionRouting:
         after its commit for the new partitions' preferred leaders to serve them
         (sink/node/settle.py; 0: answer at commit). hosts_settled(): waits (bounded)
         until every voter registered its host label (sink/node/host_labels.py), so a
-        creation just after start places on every node."""
+        creation just after start places on every node.
+        down() -> the nodes this node cannot reach now: new replicas avoid them while
+        the others span the replication factor (grow_topic.prefer_live)."""
         self.hosts_settled = hosts_settled
+        self.down = down
         self.service = service
         self.groups = groups
         self.leaders = leaders
@@ -234,6 +238,8 @@ class PartitionRouting:
         # Load only on the nodes placement may use (a node being drained, or not
         # registered yet, still holds replicas but is not in hosts).
         topology = grow_topic.topology_of(hosts, table.assignments())
+        if self.down is not None:
+            topology = grow_topic.prefer_live(topology, self.down(), rf)
         try:
             replicas = place_partitions(topology, partitions, rf, topic=name)
         except PlacementError as exc:
@@ -301,6 +307,8 @@ class PartitionRouting:
             if self.hosts_settled is not None:
                 await self.hosts_settled()
             topology = grow_topic.topology_of(self.hosts(), table.assignments())
+            if self.down is not None and not assignments and current:
+                topology = grow_topic.prefer_live(topology, self.down(), len(current[0]))
             try:
                 replicas = grow_topic.added_replicas(
                     topology,

@@ -159,3 +159,39 @@ def test_a_creation_while_a_node_holding_replicas_is_left_out_of_placement():
     info = ctl.fsm.topic("after")
     placed = [g.replicas for g in ctl.fsm.placement.of_topic(info.topic_id.hex)]
     assert all(3 not in r for r in placed) and len(placed) == 2, placed
+
+
+def test_new_replicas_avoid_a_node_that_is_down_while_the_others_suffice():
+    """KRaft places on unfenced brokers only: a node this node cannot reach gets no
+    replica of a new topic when the live nodes span the replication factor; when they
+    do not, placement keeps it (it catches up when back) rather than refusing."""
+    ctl = Ctl()
+    hosts = {1: None, 2: None, 3: None, 4: None}
+    down = {4}
+    service = SimpleNamespace(
+        fsm=ctl.fsm, node=FakeNode(ctl), options=SinkOptions(), brokers={1: 1, 2: 2, 3: 3}
+    )
+    r = PartitionRouting(
+        service,  # type: ignore[arg-type]
+        Groups(ctl, set()),  # type: ignore[arg-type]
+        LeadersTable(),
+        None,
+        lambda: hosts,
+        0,
+        down=lambda: down,
+    )
+
+    def placed(topic: str) -> list[tuple[int, ...]]:
+        info = ctl.fsm.topic(topic)
+        return [g.replicas for g in ctl.fsm.placement.of_topic(info.topic_id.hex)]
+
+    async def run():
+        assert (await r.create_topic("live", 4, None, 3)).error == ErrorCode.none
+        down.update({3})  # two live nodes cannot hold three replicas: keep the down ones
+        assert (await r.create_topic("all", 2, None, 3)).error == ErrorCode.none
+        grown, _ = await r.create_partitions("live", 6, False)
+        assert grown == ErrorCode.none
+
+    asyncio.run(run())
+    assert all(4 not in rs for rs in placed("live")[:4]), placed("live")
+    assert all(len(rs) == 3 for rs in placed("all")), placed("all")
