@@ -254,6 +254,21 @@ class SinkProcessCluster:
         n.proc = None
         return code
 
+    def __enter__(self) -> SinkProcessCluster:
+        """`with SinkProcessCluster(...) as c:` starts every node and waits until they
+        serve (wait_ready's default bound); the block's end stops them, whatever
+        happened (a start that fails stops what it started)."""
+        self.start()
+        try:
+            asyncio.run(self.wait_ready())
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def kill(self, i: int) -> None:
         """SIGKILL node i (a crash)."""
         n = self.nodes[i]

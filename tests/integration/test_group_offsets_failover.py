@@ -44,13 +44,10 @@ def wait_for(cond, timeout: float, what: str) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = SinkProcessCluster(str(tmp_path_factory.mktemp("offsets")), default_partitions=PARTITIONS)
-    c.start()
-    try:
-        asyncio.run(c.wait_ready())
+    with SinkProcessCluster(
+        str(tmp_path_factory.mktemp("offsets")), default_partitions=PARTITIONS
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def kill_leader(cluster: SinkProcessCluster) -> int:

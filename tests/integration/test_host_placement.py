@@ -8,7 +8,6 @@ own host: RF 2 topics got both replicas on one machine."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -25,18 +24,13 @@ HOSTS = {1: "h1", 2: "h1", 3: "h2", 4: "h2"}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = SinkProcessCluster(
+    with SinkProcessCluster(
         str(tmp_path_factory.mktemp("host-placement")),
         n=4,
         processes_per_host=2,
         partition_groups=True,
-    )
-    c.start()
-    try:
-        asyncio.run(c.wait_ready())
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def _admin(cluster: SinkProcessCluster) -> AdminClient:

@@ -3,7 +3,6 @@ keeps serving (a produce afterwards succeeds and earlier data is intact)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
 import struct
@@ -332,13 +331,8 @@ def test_backpressure_stops_reading_when_pending_full(tmp_path):
 @pytest.fixture(scope="module")
 def node_process(tmp_path_factory):
     """One REAL node process (kio's abort took the whole process down)."""
-    c = SinkProcessCluster(str(tmp_path_factory.mktemp("killer")), n=1, log_level="INFO")
-    c.start()
-    try:
-        asyncio.run(c.wait_ready())
+    with SinkProcessCluster(str(tmp_path_factory.mktemp("killer")), n=1, log_level="INFO") as c:
         yield c
-    finally:
-        c.stop()
 
 
 def api_versions_ok(port: int) -> None:

@@ -5,7 +5,6 @@ stamped by the leader."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -28,13 +27,8 @@ kafka_admin = pytest.importorskip("kafka.admin")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = SinkProcessCluster(str(tmp_path_factory.mktemp("topic-configs")))
-    c.start()
-    try:
-        asyncio.run(c.wait_ready())
+    with SinkProcessCluster(str(tmp_path_factory.mktemp("topic-configs"))) as c:
         yield c
-    finally:
-        c.stop()
 
 
 _RETRIABLE = (KafkaError.NOT_CONTROLLER, KafkaError.REQUEST_TIMED_OUT)
