@@ -5,6 +5,7 @@ how it splits frames however they arrive, and every bound it keeps."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import struct
@@ -102,6 +103,36 @@ def open_conn(limits: KafkaLimits | None = None) -> tuple[KafkaServer, Connectio
     t = FakeTransport()
     conn.connection_made(t)  # type: ignore[arg-type]
     return server, conn, t
+
+
+@contextlib.contextmanager
+def api_versions_handled_by(make):
+    """ApiVersions' handler replaced for the block: make(real) -> the handler (an async
+    function of (ctx, call)); real is the registered one, to answer with."""
+    from sink.kafka import handlers
+
+    api = handlers.REGISTRY[API_VERSIONS]
+    real = api.handle
+    object.__setattr__(api, "handle", make(real))
+    try:
+        yield
+    finally:
+        object.__setattr__(api, "handle", real)
+
+
+def gated(gate: asyncio.Event, calls: list | None = None):
+    """make() for api_versions_handled_by: each call waits for gate, then answers."""
+
+    def make(real):
+        async def handle(ctx, call):
+            if calls is not None:
+                calls.append(call)
+            await gate.wait()
+            return await real(ctx, call)
+
+        return handle
+
+    return make
 
 
 def run(coro_fn):
@@ -247,17 +278,7 @@ def test_handler_that_suspends_finishes_in_a_task_and_blocks_the_next_request():
     async def body():
         server, conn, t = open_conn()
         gate = asyncio.Event()
-        from sink.kafka import handlers
-
-        api = handlers.REGISTRY[API_VERSIONS]
-        real = api.handle
-
-        async def slow(ctx, call):
-            await gate.wait()  # a dispatch step that waits
-            return await real(ctx, call)
-
-        object.__setattr__(api, "handle", slow)
-        try:
+        with api_versions_handled_by(gated(gate)):  # a dispatch step that waits
             feed(conn, api_versions(1) + api_versions(2))
             assert t.out == b"" and t.paused  # step 1 waits; request 2 is not dispatched
             gate.set()
@@ -267,8 +288,6 @@ def test_handler_that_suspends_finishes_in_a_task_and_blocks_the_next_request():
                 await asyncio.sleep(0)
             assert [corr_of(f) for f in responses(t.out)] == [1, 2]
             assert not t.paused
-        finally:
-            object.__setattr__(api, "handle", real)
         conn.connection_lost(None)
         assert not server.connections
 
@@ -278,19 +297,12 @@ def test_handler_that_suspends_finishes_in_a_task_and_blocks_the_next_request():
 def test_handler_error_is_answered_and_the_connection_kept():
     async def body():
         server, conn, t = open_conn()
-        from sink.kafka import handlers
-
-        api = handlers.REGISTRY[API_VERSIONS]
-        real = api.handle
 
         async def broken(ctx, call):
             raise RuntimeError("boom")
 
-        object.__setattr__(api, "handle", broken)
-        try:
+        with api_versions_handled_by(lambda real: broken):
             feed(conn, api_versions(1))
-        finally:
-            object.__setattr__(api, "handle", real)
         feed(conn, api_versions(2))
         frames = responses(t.out)
         assert [corr_of(f) for f in frames] == [1, 2]
@@ -330,19 +342,8 @@ def test_drain_answers_what_was_read_then_closes_and_reads_nothing_more():
         t_idle = FakeTransport()
         idle.connection_made(t_idle)  # type: ignore[arg-type]
         gate = asyncio.Event()
-        from sink.kafka import handlers
-
-        api = handlers.REGISTRY[API_VERSIONS]
-        real = api.handle
-        calls = []
-
-        async def slow(ctx, call):
-            calls.append(call)
-            await gate.wait()
-            return await real(ctx, call)
-
-        object.__setattr__(api, "handle", slow)
-        try:
+        calls: list = []
+        with api_versions_handled_by(gated(gate, calls)):
             feed(busy, api_versions(1))
             assert t.out == b"" and len(calls) == 1
             drained = asyncio.ensure_future(server.drain(10.0))
@@ -352,8 +353,6 @@ def test_drain_answers_what_was_read_then_closes_and_reads_nothing_more():
             feed(busy, api_versions(2))  # after the drain began: dropped
             gate.set()
             assert await drained == 0
-        finally:
-            object.__setattr__(api, "handle", real)
         assert [corr_of(f) for f in responses(t.out)] == [1]
         assert len(calls) == 1 and t.closed and not t.aborted
         assert not server.connections and server.admission.total == 0
@@ -366,23 +365,11 @@ def test_drain_cuts_what_is_still_owed_after_its_grace():
     async def body():
         server, conn, t = open_conn()
         gate = asyncio.Event()
-        from sink.kafka import handlers
-
-        api = handlers.REGISTRY[API_VERSIONS]
-        real = api.handle
-
-        async def stuck(ctx, call):
-            await gate.wait()
-            return await real(ctx, call)
-
-        object.__setattr__(api, "handle", stuck)
-        try:
+        with api_versions_handled_by(gated(gate)):
             feed(conn, api_versions(1))
             assert await server.drain(0.05) == 1
             await server.stop()
-        finally:
-            object.__setattr__(api, "handle", real)
-            gate.set()
+        gate.set()
         assert t.aborted and not server.connections
         assert server.memory.requests.used == 0 and server.admission.total == 0
 
