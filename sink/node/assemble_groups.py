@@ -105,6 +105,7 @@ class GroupsWiring:
             self.leaders,
             self._read_api_peers,
             lambda a: ReadApiClient(a, credentials=self.read_api_client_credentials()),
+            topics=self._topics_led_elsewhere,
         )
         self.reads = RoutedReads(fsm, self.data_groups)
         self.pipeline_commits = PipelineCommits(
@@ -156,6 +157,17 @@ class GroupsWiring:
             gid: ExpiryTarget(h.fsm.data, _applier(h.group), h.group.is_leader)
             for gid, h in groups.items()
         }
+
+    def _topics_led_elsewhere(self) -> list[str]:
+        """The topics with a partition whose data group is not hosted here: only for
+        those does Metadata read the leaders table (a hosted group knows its leader)."""
+        assert self.fsm is not None and self.data_groups is not None
+        hosted, placement = self.data_groups.hosted, self.fsm.placement
+        return sorted(
+            name
+            for name, info in self.fsm.topics().items()
+            if any(g.group not in hosted for g in placement.of_topic(info.topic_id.hex))
+        )
 
     def _preferred_replicas(self, group: int) -> tuple[int, ...] | None:
         """A data group's replicas in placement order (the first is preferred); during

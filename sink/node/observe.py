@@ -92,6 +92,7 @@ def extra_status(node: Any) -> dict[str, Any]:
         out["leaders_table"] = {
             "rows": len(node.leaders.rows),
             "polls": node.leader_poller.polls,
+            "polls_skipped": node.leader_poller.skipped,  # every group hosted here
             "failures": node.leader_poller.failures,
         }
     return out

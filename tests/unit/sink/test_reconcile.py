@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from types import SimpleNamespace
 
 from raftlog.entry import EntryType, LogEntry
-from sink.node.leaders import LeadersTable
+from sink.node.leaders import LeaderPoller, LeadersTable
 from sink.node.reconcile import plan, serve_command
 from sink.state import data_commands as dcmd
 from sink.state.data_group import DataGroupMachine
@@ -96,3 +97,31 @@ def test_leaders_table_keeps_the_newest_epoch_from_hosting_nodes_only():
     assert t.get("t", 0) == (3, 6, 4.0)
     t.forget_missing(lambda topic, p: False)
     assert t.get("t", 0) is None
+
+
+def test_leader_poller_asks_only_for_topics_not_hosted_here_and_not_at_all_when_none():
+    """With a replica of every group here (RF = nodes) the table is never read: no call
+    (each cost both nodes about a millisecond of CPU a second, idle)."""
+    asked: list[tuple[str, list[str] | None]] = []
+
+    class Client:
+        def __init__(self, address: str) -> None:
+            self.address = address
+
+        async def partitions(self, topics=None, timeout=10.0):
+            asked.append((self.address, topics))
+            return SimpleNamespace(partitions=[_info("far", 0, 2, 3, (2, 3))])
+
+    wanted: list[str] = []
+    table = LeadersTable()
+    poller = LeaderPoller(1, table, lambda: {2: "n2", 3: "n3"}, Client, topics=lambda: wanted)
+
+    async def run():
+        await poller.poll_once()
+        assert asked == [] and poller.skipped == 1 and poller.polls == 0
+        wanted.append("far")
+        await poller.poll_once()
+
+    asyncio.run(run())
+    assert sorted(asked) == [("n2", ["far"]), ("n3", ["far"])]
+    assert table.get("far", 0).leader == 2
