@@ -74,7 +74,9 @@ class NodeSection:
     replicas of a partition group are placed on one host, so nodes running as several
     processes on one machine share a label (`raftsink local --processes-per-host`);
     empty: this node's id, i.e. every node its own host. Labels are compared as text.
-    Used by partition-group placement (docs/partition-groups.md)."""
+    Each node registers its label through the controller's log at start (and again
+    after a change); partition-group placement reads every node's from there
+    (docs/partition-groups.md, "Hosts")."""
     shutdown_handoff_ms: int = 3000
     """On SIGTERM a leader first hands leadership to its most caught-up voter, waiting
     at most this long, then stops (Kafka clients get NOT_LEADER_OR_FOLLOWER and move);
