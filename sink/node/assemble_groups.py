@@ -162,12 +162,12 @@ class GroupsWiring:
         """The topics with a partition whose data group is not hosted here: only for
         those does Metadata read the leaders table (a hosted group knows its leader)."""
         assert self.fsm is not None and self.data_groups is not None
-        hosted, placement = self.data_groups.hosted, self.fsm.placement
-        return sorted(
-            name
-            for name, info in self.fsm.topics().items()
-            if any(g.group not in hosted for g in placement.of_topic(info.topic_id.hex))
-        )
+        hosted = self.data_groups.hosted
+        # One pass over the groups (every second: PlacementTable.of_topic scans them all)
+        far = {g.topic_id for g in self.fsm.placement if g.group not in hosted}
+        if not far:
+            return []
+        return sorted(n for n, info in self.fsm.topics().items() if info.topic_id.hex in far)
 
     def _preferred_replicas(self, group: int) -> tuple[int, ...] | None:
         """A data group's replicas in placement order (the first is preferred); during
