@@ -18,8 +18,8 @@ disk and latency must stay flat.
    sawtooth of whole segments, and a slope over part of a tooth is not growth;
    informational, with disk_floor_growth_within_5pct),
    disk_parts_growth_mb_per_hour_node1 (segments / LMDB index / snapshots),
-   disk_max_mb, retained_mb (the data a retention window holds at the offered load), fds_max, p99_ms_max_interval,
-   p99_ms_median_interval, stalls_total (each node's gen-2 gc ms, gc pauses >= 50 ms and
+   disk_max_mb, retained_mb (the data a retention window holds at the offered load),
+   fds_max, p99_ms_max_interval, p99_ms_median_interval, stalls_total (each node's gen-2 gc ms, gc pauses >= 50 ms and
    event-loop lags >= 100 ms over the soak; per sample, the worst node's in "stalls":
    raftlog.runtime.stall_watch), the machine's CPU wait (PSI), IO wait and steal in
    the worst and the median interval (per sample: "machine"), informational
