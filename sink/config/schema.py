@@ -86,8 +86,9 @@ class NodeSection:
     """On SIGTERM, after the hand-off: the Kafka listeners take no new connections or
     requests and each connection closes once the requests it already sent are
     answered (a produce in flight gets its outcome instead of a cut connection, which
-    a client without idempotence answers by sending the batch again), waiting at most
-    this long; then the rest are cut. Above raft.outcome_wait_ticks' time (1.2 s by
+    a client without idempotence answers by sending the batch again; a Fetch waiting
+    for data answers at once with what there is), waiting at most this long; then the
+    rest are cut. Above raft.outcome_wait_ticks' time (1.2 s by
     default), the longest a produce waits for its outcome after a leader change.
     0: cut at once."""
 

@@ -191,6 +191,11 @@ class KafkaServer:
         were still open then (stop() aborts them)."""
         if self._server is not None:
             self._server.close()
+        # Fetch long-polls answer now with what they have (the node's listeners drain
+        # together, so the data event, left set, wakes no listener still serving).
+        self.context.draining = True
+        with contextlib.suppress(AttributeError):  # contexts without partition reads
+            self.context.partitions.data_event().set()
         for conn in list(self.connections):
             conn.drain()
         if self.connections and grace_s > 0:

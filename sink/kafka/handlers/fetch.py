@@ -263,7 +263,7 @@ async def _long_poll(ctx: HandlerContext, call: Call) -> list:
         ev = ctx.partitions.data_event()  # taken before reading: no lost wake-up
         topics, total, any_error = _collect(ctx, req, call.version, cap, readable)
         remaining = deadline - loop.time()
-        if total >= max(req.min_bytes, 1) or any_error or remaining <= 0:
+        if total >= max(req.min_bytes, 1) or any_error or remaining <= 0 or ctx.draining:
             endpoints: list = []
             if any_error and call.version >= 16:
                 endpoints = _leader_endpoints(ctx, topics)

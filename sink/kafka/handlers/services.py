@@ -422,6 +422,9 @@ class HandlerContext:
     roles: PartitionRoles | None = None
     """Each partition's leadership (of_node sets it; None only in contexts that
     answer no partition request)."""
+    draining: bool = False
+    """The listener drains for a graceful shutdown (KafkaServer.drain): a Fetch
+    long-poll answers with what it has instead of waiting out max_wait."""
 
     @classmethod
     def of_node(

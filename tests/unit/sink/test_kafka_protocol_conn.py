@@ -18,7 +18,9 @@ from sink.kafka.connection import Connection
 from sink.kafka.protocol import response_schema
 from sink.kafka.server import KafkaServer
 from tests.helpers.kafka_wire import encode_request
+from tests.unit.sink.batches import make_batch
 from tests.unit.sink.memory_services import MemoryNode
+from tests.unit.sink.requests import request_values
 
 API_VERSIONS = 18
 
@@ -372,5 +374,32 @@ def test_drain_cuts_what_is_still_owed_after_its_grace():
         gate.set()
         assert t.aborted and not server.connections
         assert server.memory.requests.used == 0 and server.admission.total == 0
+
+    run(body)
+
+
+def test_drain_answers_a_fetch_long_poll_at_once():
+    """A consumer's Fetch waiting out its max_wait (KafkaJS: 5 s) would hold the drain
+    for its whole grace: the drain answers it with what there is."""
+
+    async def body():
+        server, conn, t = open_conn()
+        loop = asyncio.get_running_loop()
+        feed(conn, encode_request(0, 9, 1, request_values(0, make_batch([b"a"]))))
+        deadline = loop.time() + 10
+        while len(responses(t.out)) < 1:  # the produce, applied at once here
+            assert loop.time() < deadline
+            await asyncio.sleep(0)
+        fetch = request_values(1) | {"max_wait": 30_000}
+        part = fetch["topics"][0]["partitions"][0] | {"fetch_offset": 1}  # the high watermark
+        fetch["topics"] = [fetch["topics"][0] | {"partitions": [part]}]
+        feed(conn, encode_request(1, 12, 2, fetch))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(responses(t.out)) == 1  # the Fetch waits for data
+        t0 = loop.time()
+        assert await server.drain(10.0) == 0
+        assert loop.time() - t0 < 5.0, "the long poll held the drain"
+        assert [corr_of(f) for f in responses(t.out)] == [1, 2] and t.closed
 
     run(body)
