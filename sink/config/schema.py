@@ -233,7 +233,8 @@ class ClusterSection:
     one-group cluster needs this off."""
     default_replication_factor: int = 0
     """Replicas of a topic created with replication_factor -1 (or auto-created) when
-    partition_groups is on; 0: min(3, the controller's voters)."""
+    partition_groups is on; 0: min(3, the distinct hosts of the controller's voters),
+    e.g. 2 for four node processes on two machines (node.host)."""
     leader_balance: bool = balancer_defaults.DEFAULT_ENABLED
     """Balance group leaders over the nodes by leadership transfer (never by forcing an
     election), like Redpanda's enable_leader_balancer; off: leaders stay where elections

@@ -64,7 +64,7 @@ class PartitionRouting:
     ) -> None:
         """hosts() -> node id -> host label (None: its own host) of every controller
         voter: the nodes placement may use. default_replication_factor: for RF -1
-        (0: min(3, the number of those nodes)). settle_s: how long a creation waits
+        (0: min(3, the distinct hosts of those nodes)). settle_s: how long a creation waits
         after its commit for the new partitions' preferred leaders to serve them
         (sink/node/settle.py; 0: answer at commit). hosts_settled(): waits (bounded)
         until every voter registered its host label (sink/node/host_labels.py), so a
@@ -209,12 +209,14 @@ class PartitionRouting:
 
     # ------------------------------------------------------------ topics
 
-    def replication_factor(self, requested: int, nodes: int) -> int:
+    def replication_factor(self, requested: int, hosts: int) -> int:
+        """The replicas of a new topic: as requested, else the configured default,
+        else min(3, the distinct hosts placement may use)."""
         if requested > 0:
             return requested
         if self.default_replication_factor > 0:
             return self.default_replication_factor
-        return min(3, nodes)
+        return min(3, hosts)
 
     async def create_topic(
         self,
@@ -233,7 +235,10 @@ class PartitionRouting:
                 return CreateTopicResult(ErrorCode.invalid_config, None)
         missing = await self.hosts_settled() if self.hosts_settled is not None else []
         hosts = self.hosts()
-        rf = self.replication_factor(replication_factor, len(hosts))
+        # The default is bounded by the hosts, not the nodes: 4 processes on 2 machines
+        # hold at most 2 replicas of a partition (one per host).
+        machines = len({label or str(n) for n, label in hosts.items()})
+        rf = self.replication_factor(replication_factor, machines)
         table = svc.fsm.placement
         # Load only on the nodes placement may use (a node being drained, or not
         # registered yet, still holds replicas but is not in hosts).

@@ -76,3 +76,13 @@ def test_a_replication_factor_above_the_hosts_is_refused(cluster):
     kerr = err.value.args[0]
     assert kerr.name() == "INVALID_REPLICATION_FACTOR", kerr
     assert "distinct live hosts" in kerr.str() and "h1" in kerr.str(), kerr.str()
+
+
+def test_the_default_replication_factor_is_bounded_by_the_hosts(cluster):
+    """RF -1 (and auto-creation) takes min(3, hosts), not min(3, nodes): four processes
+    on two machines give 2 replicas, one per host, where 3 would be refused."""
+    admin = _admin(cluster)
+    admin.create_topics([NewTopic("defaulted", 2)])["defaulted"].result(60)
+    placed = _replicas(admin, "defaulted", 2)
+    for p, replicas in placed.items():
+        assert sorted(HOSTS[n] for n in replicas) == ["h1", "h2"], (p, replicas)
