@@ -191,11 +191,14 @@ class KafkaServer:
         were still open then (stop() aborts them)."""
         if self._server is not None:
             self._server.close()
-        # Fetch long-polls answer now with what they have (the node's listeners drain
-        # together, so the data event, left set, wakes no listener still serving).
+        # Fetch long-polls answer now with what they have: set() wakes every current
+        # waiter and clear() leaves the event as it was for later ones (the read API's
+        # long polls wait on it too, and a left-set event would make them spin).
         self.context.draining = True
         with contextlib.suppress(AttributeError):  # contexts without partition reads
-            self.context.partitions.data_event().set()
+            ev = self.context.partitions.data_event()
+            ev.set()
+            ev.clear()
         for conn in list(self.connections):
             conn.drain()
         if self.connections and grace_s > 0:
