@@ -31,7 +31,7 @@ from sink.groups import GroupOptions
 from sink.kafka.limits import KafkaLimits
 from sink.lifecycle.producer_expiry import ProducerExpiryOptions
 from sink.offsets import OffsetsOptions
-from sink.placement import BalancerOptions, host_label
+from sink.placement import BalancerOptions, host_label, is_host_label
 from sink.placement import options as balancer_defaults
 from sink.quotas import QuotaOptions
 from sink.security.authz_options import AuthorizationOptions
@@ -111,11 +111,7 @@ class NodeSection:
             )
         if self.log_level.upper() not in LOG_LEVELS:
             raise ConfigError(f"node.log_level: unknown level {self.log_level!r}")
-        if self.host and (
-            len(self.host) > 255
-            or not self.host.isprintable()
-            or any(c.isspace() or c in ",=/" for c in self.host)
-        ):
+        if not is_host_label(self.host):
             raise ConfigError(
                 "node.host must be printable text of at most 255 characters without "
                 f"spaces, ',', '=' or '/', got {self.host!r}"

@@ -53,7 +53,7 @@ from sink.placement.options import BalancerOptions
 from sink.placement.placer import check_replication_factor, place_partitions, stripe_start
 from sink.placement.preferred import rebalance_preferred
 from sink.placement.rebalance import plan_rebalance
-from sink.placement.topology import NodeLoad, Topology, count_load, host_label
+from sink.placement.topology import NodeLoad, Topology, count_load, host_label, is_host_label
 
 __all__ = [
     "ADD_LEARNER",
@@ -78,6 +78,7 @@ __all__ = [
     "count_load",
     "groups_on",
     "host_label",
+    "is_host_label",
     "leader_goal",
     "move_replicas",
     "next_step",

@@ -30,6 +30,22 @@ class NodeLoad:
             )
 
 
+HOST_LABEL_MAX = 255
+
+
+def is_host_label(label: object) -> bool:
+    """A host label as `node.host` and the controller's registrations accept it: text
+    of at most 255 printable characters without spaces, ',', '=' or '/' ("" for none)."""
+    return isinstance(label, str) and (
+        not label
+        or (
+            len(label) <= HOST_LABEL_MAX
+            and label.isprintable()
+            and not any(c.isspace() or c in ",=/" for c in label)
+        )
+    )
+
+
 def host_label(node_id: int, label: str | None) -> str:
     """A node's host: its label, or (unset / empty) its own id as text."""
     return label if label else str(node_id)

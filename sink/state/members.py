@@ -34,6 +34,8 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
+from sink.placement import is_host_label
+
 MEMBER_ADDRESSES = 0x4D  # "M"
 
 
@@ -80,20 +82,12 @@ def encode_drain_member(node_id: int, draining: bool = True) -> bytes:
 
 
 DRAIN_OPS = ("drain", "undrain")
-HOST_LABEL_MAX = 255
 
 
 def check_host_label(label: Any) -> str:
-    """label if it is a host label (`node.host`'s rules: printable text of at most 255
-    characters without spaces, ',', '=' or '/'; "" for none); else ValueError."""
-    if not isinstance(label, str) or (
-        label
-        and (
-            len(label) > HOST_LABEL_MAX
-            or not label.isprintable()
-            or any(c.isspace() or c in ",=/" for c in label)
-        )
-    ):
+    """label if it is a host label (sink.placement.is_host_label: `node.host`'s rules);
+    else ValueError."""
+    if not is_host_label(label):
         raise ValueError(f"member command: bad host label {label!r}")
     return label
 
