@@ -84,6 +84,7 @@ class ListenerWiring:
 
     async def _start_read_api(self) -> None:
         cfg = self.config
+        routing = self.service.routing if self.service is not None else None
         read_api = ReadApiService(
             self.node,
             self.reads,
@@ -94,6 +95,7 @@ class ListenerWiring:
             client_credentials=self.read_api_client_credentials,
             roles=self.service,
             pipeline_commits=self.pipeline_commits,
+            roles_version=routing.roles_version if routing is not None else None,
         )
         server = grpc.aio.server(
             options=[("grpc.max_send_message_length", READ_API_MAX_MESSAGE_BYTES)]

@@ -7,14 +7,16 @@ read API `Partitions` (each PartitionInfo carries leader, epoch and replicas, fi
 5-7) about once a second, and at once (rate-limited) when asked about a partition
 whose leader it does not know.
 
-The choice and its cost: one unary gRPC call per peer per second whose answer lists
-the partitions of the topics this node does not host wholly (about 60 bytes each):
-with N nodes and P such partitions, N*(N-1) calls and N*(N-1)*P rows a second
-cluster-wide (5 nodes, 12 partitions: 20 calls, 240 rows/s; 1,000 partitions: 240,000
-rows/s, when pushing changes through the controller would be the better design). A
-node that hosts a replica of every group (replication factor = nodes, the common
-3-node case) needs no row and makes no call: each unary call cost both sides about a
-millisecond of CPU, a large part of an idle node's. A row counts only when the answering node is one of the
+The choice and its cost: one unary gRPC call per peer per second for the partitions
+of the topics this node does not host wholly: N*(N-1) calls a second cluster-wide. A
+call names the fingerprint of the peer's last full answer (`roles_since`; the peer's
+PartitionRouting.roles_version: its placement, brokers, hosted groups' terms, leaders
+and members, and its own leaders table); while that is still current the peer answers
+"unchanged" with no rows, so a steady cluster sends no rows at all (building and
+learning them was two thirds of the polls' CPU: 7 idle nodes, 12 partitions, py-spy).
+Every FULL_EVERY-th poll asks in full anyway, a bound on how long anything the
+fingerprint missed could stay stale. A node that hosts a replica of every group
+(replication factor = nodes, the common 3-node case) needs no row and makes no call. A row counts only when the answering node is one of the
 partition's replicas (it hosts the group, so its answer is first hand) and names a
 leader; the highest epoch wins, so an old answer never replaces a newer one.
 """
@@ -30,6 +32,9 @@ from typing import Any, NamedTuple
 
 log = logging.getLogger("sink.leaders")
 
+FULL_EVERY = 10
+"""Every this many polls a peer is asked in full, whatever its fingerprint says."""
+
 
 class Known(NamedTuple):
     leader: int
@@ -42,6 +47,7 @@ class LeadersTable:
 
     def __init__(self) -> None:
         self.rows: dict[tuple[str, int], Known] = {}
+        self.changes = 0  # rises whenever a row is added, changed or removed
 
     def learn(self, topic: str, partition: int, leader: int, epoch: int, now: float) -> bool:
         """Keep the answer if its epoch is not older than the known one -> changed."""
@@ -50,7 +56,9 @@ class LeadersTable:
         if old is not None and epoch < old.epoch:
             return False
         self.rows[key] = Known(leader, epoch, now)
-        return old is None or old.leader != leader or old.epoch != epoch
+        changed = old is None or old.leader != leader or old.epoch != epoch
+        self.changes += changed
+        return changed
 
     def learn_reply(self, answering: int, infos: Iterable[Any], now: float) -> int:
         """Rows of a PartitionsReply from node `answering` -> how many changed."""
@@ -69,6 +77,7 @@ class LeadersTable:
     def forget_missing(self, exists: Callable[[str, int], bool]) -> None:
         for key in [k for k in self.rows if not exists(*k)]:
             del self.rows[key]
+            self.changes += 1
 
 
 class LeaderPoller:
@@ -98,7 +107,10 @@ class LeaderPoller:
         self.min_gap_s = min_gap_s
         self.polls = 0
         self.failures = 0
+        self.unchanged = 0  # answers with no rows (the peer's fingerprint was current)
         self._clients: dict[str, Any] = {}
+        # address -> (the topics asked, the fingerprint of that peer's last full answer)
+        self._seen: dict[str, tuple[tuple[str, ...] | None, int]] = {}
         self._task: asyncio.Task | None = None
         self._poke = asyncio.Event()
         self._last = 0.0
@@ -139,17 +151,30 @@ class LeaderPoller:
             self.skipped += 1  # every group has a replica here: it knows its leaders
             return
         peers = {n: a for n, a in self.peers().items() if n != self.node_id and a}
-        await asyncio.gather(*(self._ask(n, a, wanted) for n, a in peers.items()))
+        full = self.polls % FULL_EVERY == 0
+        await asyncio.gather(*(self._ask(n, a, wanted, full) for n, a in peers.items()))
         self.polls += 1
 
-    async def _ask(self, node: int, address: str, topics: list[str] | None = None) -> None:
+    async def _ask(
+        self, node: int, address: str, topics: list[str] | None = None, full: bool = True
+    ) -> None:
         client = self._clients.get(address)
         if client is None:
             client = self._clients[address] = self.client_factory(address)
+        asked = tuple(topics) if topics is not None else None
+        seen = self._seen.get(address)
+        since = seen[1] if seen is not None and seen[0] == asked and not full else 0
         try:
-            reply = await client.partitions(topics, timeout=min(2.0, self.interval_s * 2))
+            reply = await client.partitions(
+                topics, timeout=min(2.0, self.interval_s * 2), roles_since=since
+            )
         except Exception as exc:  # a dead or slow peer: its answer simply does not come
             self.failures += 1
+            self._seen.pop(address, None)  # a restarted peer: ask it in full
             log.debug("sink.leaders node %d at %s: %r", node, address, exc)
             return
+        if since and reply.unchanged:
+            self.unchanged += 1
+            return
         self.table.learn_reply(node, reply.partitions, time.monotonic())
+        self._seen[address] = (asked, reply.roles_version)

@@ -93,6 +93,7 @@ def extra_status(node: Any) -> dict[str, Any]:
             "rows": len(node.leaders.rows),
             "polls": node.leader_poller.polls,
             "polls_skipped": node.leader_poller.skipped,  # every group hosted here
+            "answers_unchanged": node.leader_poller.unchanged,  # no rows: nothing changed
             "failures": node.leader_poller.failures,
         }
     return out

@@ -107,6 +107,35 @@ class PartitionRouting:
             g.group, lead, hint, epoch, g.replicas, g.replicas, (), False, False, False, False
         )
 
+    def roles_version(self) -> int:
+        """A fingerprint of everything role() answers about leaders, epochs and
+        replicas (the read API's Partitions rows: sink/node/leaders.py polls): the
+        placement (topics, groups, replica lists), the brokers, each hosted group's
+        term, leader and membership, and the leaders table's rows (the groups not
+        hosted here), and the controller's applied index (member addresses, topics:
+        whatever else the rows name). Equal fingerprints, equal rows; never 0.
+        O(hosted groups)."""
+        parts: list[object] = [
+            self.service.node.applied_index,
+            self.groups.controller.placement.version,
+            tuple(self.service.brokers),
+            self.leaders.changes,
+        ]
+        for gid, h in self.groups.hosted.items():
+            g = h.group
+            m = g.membership()
+            parts.append(
+                (
+                    gid,
+                    g.term,
+                    g.leader_id,
+                    tuple(m["voters"]),
+                    tuple(m["learners"]),
+                    h.placement.replicas,
+                )
+            )
+        return (hash(tuple(parts)) & (2**63 - 1)) or 1
+
     def _hosted_role(self, h: HostedGroup) -> PartitionRole:
         group = h.group
         members = group.membership()

@@ -79,10 +79,19 @@ class ReadApiClient:
         return json.loads(reply.json)
 
     async def partitions(
-        self, topics: list[str] | None = None, linearizable: bool = False, timeout: float = 10.0
+        self,
+        topics: list[str] | None = None,
+        linearizable: bool = False,
+        timeout: float = 10.0,
+        roles_since: int = 0,
     ) -> pb.PartitionsReply:
+        """roles_since: the roles_version of this node's last full answer to the same
+        topics; while still current the reply has no rows and `unchanged` set."""
+        req = pb.PartitionsRequest(
+            topics=topics or [], linearizable=linearizable, roles_since=roles_since
+        )
         return await self._call("Partitions", pb.PartitionsRequest, pb.PartitionsReply)(
-            pb.PartitionsRequest(topics=topics or [], linearizable=linearizable), timeout=timeout
+            req, timeout=timeout
         )
 
     async def fetch(

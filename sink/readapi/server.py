@@ -56,6 +56,7 @@ class ReadApiService:
         client_credentials: Callable[[], grpc.ChannelCredentials | None] | None = None,
         roles: Any = None,
         pipeline_commits: Any = None,
+        roles_version: Callable[[], int] | None = None,
     ) -> None:
         """roles: each partition's leadership (sink.kafka.handlers.services.PartitionRoles,
         SinkService); None: PartitionInfo carries no leader or replicas (0 / empty), as
@@ -67,7 +68,12 @@ class ReadApiService:
         pipeline_commits: with partition groups, where Commit goes (an object with `async
         commit(pipeline, [(topic, partition, offset)], forwarded) -> pb.CommitReply`,
         sink.node.pipeline_commits.PipelineCommits: each partition's data group); None:
-        Commit proposes to `node`, the one group."""
+        Commit proposes to `node`, the one group.
+        roles_version() -> a fingerprint of every leader, epoch and replica set the
+        Partitions rows carry (sink.node.routing.PartitionRouting.roles_version; equal
+        fingerprints, equal rows), so a leaders-table poll whose `roles_since` is still
+        current gets no rows; None: every answer is full."""
+        self.roles_version = roles_version
         self.client_credentials = client_credentials
         self.node = node
         self.fsm = fsm
@@ -99,6 +105,16 @@ class ReadApiService:
                 await self.node.read_index()
             except RaftError as exc:
                 await ctx.abort(grpc.StatusCode.UNAVAILABLE, f"linearizable read failed: {exc}")
+        # Taken before the rows are built: a change after it (the linearizable reads below
+        # await) makes the next poll's answer full; it is never hidden.
+        version = self.roles_version() if self.roles_version is not None else 0
+        if version and req.roles_since == version and not req.linearizable:
+            return pb.PartitionsReply(
+                leader_id=self.node.leader_id,
+                leader_epoch=self.node.term,
+                roles_version=version,
+                unchanged=True,
+            )
         topics = self.fsm.topics()
         wanted = list(req.topics) or sorted(topics)
         # With partition groups the high watermarks are the data groups': each needs its
@@ -121,7 +137,10 @@ class ReadApiService:
             for p in range(info.partitions):
                 out.append(self._partition_info(t, p))
         return pb.PartitionsReply(
-            partitions=out, leader_id=self.node.leader_id, leader_epoch=self.node.term
+            partitions=out,
+            leader_id=self.node.leader_id,
+            leader_epoch=self.node.term,
+            roles_version=version,
         )
 
     def _partition_info(self, topic: str, partition: int) -> pb.PartitionInfo:

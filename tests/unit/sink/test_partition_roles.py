@@ -334,3 +334,28 @@ def test_read_api_partitions_name_each_partition_s_leader_and_replicas():
     bare = ReadApiService(raft, n.fsm)
     reply = asyncio.run(bare.partitions(req, None))  # type: ignore[arg-type]
     assert [(p.leader_id, len(p.replicas)) for p in reply.partitions] == [(0, 0)] * 4
+
+
+def test_read_api_partitions_answer_unchanged_only_to_the_current_fingerprint():
+    n = node()
+    raft = SimpleNamespace(leader_id=1, term=TERM)
+    version = [41]
+    svc = ReadApiService(raft, n.fsm, roles=n, roles_version=lambda: version[0])
+
+    def ask(since: int, linearizable: bool = False):
+        req = SimpleNamespace(linearizable=linearizable, topics=["t"], roles_since=since)
+        return asyncio.run(svc.partitions(req, None))  # type: ignore[arg-type]
+
+    full = ask(0)
+    assert len(full.partitions) == 4 and full.roles_version == 41 and not full.unchanged
+    same = ask(41)
+    assert same.unchanged and list(same.partitions) == [] and same.roles_version == 41
+    assert (same.leader_id, same.leader_epoch) == (1, TERM)
+    version[0] = 42  # a leader, epoch or replica set moved: the rows again
+    moved = ask(41)
+    assert len(moved.partitions) == 4 and moved.roles_version == 42 and not moved.unchanged
+    # Without a fingerprint (one group) every answer is full and names none.
+    bare = ReadApiService(raft, n.fsm, roles=n)
+    req = SimpleNamespace(linearizable=False, topics=["t"], roles_since=41)
+    reply = asyncio.run(bare.partitions(req, None))  # type: ignore[arg-type]
+    assert len(reply.partitions) == 4 and reply.roles_version == 0 and not reply.unchanged

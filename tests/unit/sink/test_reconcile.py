@@ -8,7 +8,8 @@ import uuid
 from types import SimpleNamespace
 
 from raftlog.entry import EntryType, LogEntry
-from sink.node.leaders import LeaderPoller, LeadersTable
+from sink.node.leaders import FULL_EVERY, LeaderPoller, LeadersTable
+from sink.node.routing import PartitionRouting
 from sink.node.reconcile import plan, serve_command
 from sink.state import data_commands as dcmd
 from sink.state.data_group import DataGroupMachine
@@ -108,9 +109,11 @@ def test_leader_poller_asks_only_for_topics_not_hosted_here_and_not_at_all_when_
         def __init__(self, address: str) -> None:
             self.address = address
 
-        async def partitions(self, topics=None, timeout=10.0):
+        async def partitions(self, topics=None, timeout=10.0, roles_since=0):
             asked.append((self.address, topics))
-            return SimpleNamespace(partitions=[_info("far", 0, 2, 3, (2, 3))])
+            return SimpleNamespace(
+                partitions=[_info("far", 0, 2, 3, (2, 3))], roles_version=0, unchanged=False
+            )
 
     wanted: list[str] = []
     table = LeadersTable()
@@ -125,3 +128,116 @@ def test_leader_poller_asks_only_for_topics_not_hosted_here_and_not_at_all_when_
     asyncio.run(run())
     assert sorted(asked) == [("n2", ["far"]), ("n3", ["far"])]
     assert table.get("far", 0).leader == 2
+
+
+class VersionedPeer:
+    """A peer's read API as the leaders poller sees it: rows and a fingerprint that
+    changes when they do; an answer is "unchanged" when asked with the current one."""
+
+    def __init__(self) -> None:
+        self.version = 5
+        self.leader = 2
+        self.asked: list[int] = []  # roles_since of each call
+        self.down = False
+
+    async def partitions(self, topics=None, timeout=10.0, roles_since=0):
+        self.asked.append(roles_since)
+        if self.down:
+            raise ConnectionError("peer down")
+        if roles_since == self.version:
+            return SimpleNamespace(partitions=[], roles_version=self.version, unchanged=True)
+        rows = [_info("far", 0, self.leader, self.version, (2, 3))]
+        return SimpleNamespace(partitions=rows, roles_version=self.version, unchanged=False)
+
+
+def test_leader_poller_asks_with_the_peer_s_fingerprint_and_keeps_rows_while_unchanged():
+    peer = VersionedPeer()
+    table = LeadersTable()
+    poller = LeaderPoller(1, table, lambda: {2: "n2"}, lambda a: peer, topics=lambda: ["far"])
+
+    async def run():
+        await poller.poll_once()  # first poll: in full
+        await poller.poll_once()  # the fingerprint is current: no rows, the row stays
+        assert peer.asked == [0, 5] and poller.unchanged == 1
+        assert table.get("far", 0).leader == 2
+        peer.version, peer.leader = 6, 3  # a new leader: the fingerprint moves
+        await poller.poll_once()
+        assert peer.asked[-1] == 5 and table.get("far", 0).leader == 3
+        await poller.poll_once()
+        assert peer.asked[-1] == 6 and poller.unchanged == 2
+        peer.down = True  # a failed call forgets the fingerprint (a restarted peer)
+        await poller.poll_once()
+        peer.down = False
+        await poller.poll_once()
+        assert peer.asked[-2:] == [6, 0]
+        while poller.polls % FULL_EVERY:
+            await poller.poll_once()
+        await poller.poll_once()  # every FULL_EVERY-th poll is in full, whatever it knows
+        assert peer.asked[-1] == 0
+
+    asyncio.run(run())
+
+
+def test_leader_poller_asks_in_full_when_it_wants_other_topics():
+    peer = VersionedPeer()
+    wanted = ["far"]
+    poller = LeaderPoller(
+        1, LeadersTable(), lambda: {2: "n2"}, lambda a: peer, topics=lambda: wanted
+    )
+
+    async def run():
+        await poller.poll_once()
+        wanted.append("other")  # the fingerprint was of an answer about other topics
+        await poller.poll_once()
+
+    asyncio.run(run())
+    assert peer.asked == [0, 0]
+
+
+class _Group:
+    def __init__(self, term: int, leader: int, voters: list[int]) -> None:
+        self.term, self.leader_id, self.voters = term, leader, voters
+
+    def membership(self) -> dict[str, list[int]]:
+        return {"voters": list(self.voters), "learners": []}
+
+
+def test_roles_version_moves_with_every_input_of_the_rows_and_only_then():
+    group = _Group(4, 1, [1, 2, 3])
+    hosted = {7: SimpleNamespace(group=group, placement=SimpleNamespace(replicas=(1, 2, 3)))}
+    placement = SimpleNamespace(version=3)
+    groups = SimpleNamespace(hosted=hosted, controller=SimpleNamespace(placement=placement))
+    service = SimpleNamespace(node=SimpleNamespace(applied_index=10), brokers={1: 0, 2: 0, 3: 0})
+    leaders = LeadersTable()
+    routing = PartitionRouting(service, groups, leaders, None, dict, 0)  # type: ignore[arg-type]
+    seen = {routing.roles_version()}
+    assert routing.roles_version() in seen and 0 not in seen  # stable while nothing moves
+
+    def moved() -> bool:
+        v = routing.roles_version()
+        new = v not in seen
+        seen.add(v)
+        return new
+
+    group.term = 5
+    assert moved()
+    group.leader_id = 2
+    assert moved()
+    group.voters = [1, 2, 3, 4]
+    assert moved()
+    hosted[7].placement = SimpleNamespace(replicas=(2, 1, 3))
+    assert moved()
+    placement.version = 4
+    assert moved()
+    service.node.applied_index = 11
+    assert moved()
+    service.brokers[4] = 0
+    assert moved()
+    leaders.learn("far", 0, 5, 1, now=1.0)
+    assert moved()
+    leaders.learn("far", 0, 5, 1, now=2.0)  # the same row again: nothing moved
+    assert not moved()
+    leaders.forget_missing(lambda t, p: False)
+    assert moved()
+    hosted[8] = SimpleNamespace(group=_Group(1, 0, []), placement=SimpleNamespace(replicas=(1,)))
+    assert moved()
