@@ -44,9 +44,15 @@ def idle_cpu_rate(pids: list[int], seconds: float) -> float:
 
 
 def _last_index(cluster: SinkProcessCluster) -> int:
-    """The Raft log's last index (the highest any node reports)."""
-    sts = [asyncio.run(cluster.status(i)) for i in cluster.alive()]
-    return max(st["last_index"] for st in sts if st)
+    """Every Raft log's last index, summed over the groups (the controller and, with
+    partition groups, each data group: the highest any of its replicas reports), so
+    that a difference counts the entries appended in between wherever they went."""
+    sts = [st for st in (asyncio.run(cluster.status(i)) for i in cluster.alive()) if st]
+    last = {0: max(st["last_index"] for st in sts)}
+    for st in sts:
+        for g in (st.get("data_groups") or {}).get("groups", []):
+            last[g["group"]] = max(last.get(g["group"], 0), g["last_index"])
+    return sum(last.values())
 
 
 def measured_phase(

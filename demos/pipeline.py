@@ -153,10 +153,12 @@ def run_pipeline(data_dir: str | None = None, records: int = 150_000, keep: bool
         killed = False
         while not producers.done.is_set():
             producers.done.wait(2.0)
-            prog = query.lastProgress or {}
+            done = query.recentProgress  # the finished micro-batches (the last 100)
+            rows = sum(p.get("numInputRows", 0) for p in done)
+            batch = done[-1].get("batchId", "-") if done else "-"
             _log(
                 f"produced {producers.sent:>7}/{records}, acknowledged {len(producers.acked):>7}; "
-                f"spark batch {prog.get('batchId', '-')}, {prog.get('numInputRows', 0)} rows"
+                f"spark read {rows:>7} rows (batches 0-{batch} done)"
             )
             if not killed and producers.sent >= records // 2:
                 _log(f"kill -9 the Raft leader (node {leader})")

@@ -104,10 +104,12 @@ def main() -> int:
     thread.start()
     while thread.is_alive():
         thread.join(2.0)
-        prog = query.lastProgress or {}
+        done = query.recentProgress  # the finished micro-batches (the last 100)
+        rows = sum(p.get("numInputRows", 0) for p in done)
+        batch = done[-1].get("batchId", "-") if done else "-"
         log(
-            f"produced {sent[0]}/{total}, acknowledged {len(acked)}; spark batch "
-            f"{prog.get('batchId', '-')}, {prog.get('numInputRows', 0)} rows"
+            f"produced {sent[0]}/{total}, acknowledged {len(acked)}; "
+            f"spark read {rows} rows (batches 0-{batch} done)"
         )
     query.stop()
     log("producers done; draining with an availableNow run")
