@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 from raftlog.entry import EntryType, LogEntry
 from sink.node.leaders import FULL_EVERY, LeaderPoller, LeadersTable
-from sink.node.routing import PartitionRouting
 from sink.node.reconcile import plan, serve_command
+from sink.node.routing import PartitionRouting
 from sink.state import data_commands as dcmd
 from sink.state.data_group import DataGroupMachine
 from sink.state.placement_table import GroupPlacement
