@@ -110,6 +110,8 @@ def profile_phase(
     """The per-stage CPU account at `rate` (bench/stage_profile.py switched on in
     every node for this phase only: its sampling costs CPU, so the measured phases
     run without it). Returns {"leader"|"follower": {stage: us per acked record}}."""
+    prod.send(topic, record_value(0, 100))  # the topic exists before it is profiled
+    prod.flush(30)
     for pid in pids.values():
         for suffix in ("json", "started"):
             with contextlib.suppress(FileNotFoundError):
