@@ -13,12 +13,14 @@ call names the fingerprint of the peer's last full answer (`roles_since`; the pe
 PartitionRouting.roles_version: its placement, brokers, hosted groups' terms, leaders
 and members, and its own leaders table); while that is still current the peer answers
 "unchanged" with no rows, so a steady cluster sends no rows at all (building and
-learning them was two thirds of the polls' CPU: 7 idle nodes, 12 partitions, py-spy).
-Every FULL_EVERY-th poll asks in full anyway, a bound on how long anything the
-fingerprint missed could stay stale. A node that hosts a replica of every group
-(replication factor = nodes, the common 3-node case) needs no row and makes no call. A row counts only when the answering node is one of the
-partition's replicas (it hosts the group, so its answer is first hand) and names a
-leader; the highest epoch wins, so an old answer never replaces a newer one.
+learning them held most of the polls' samples in a py-spy profile of an idle 7-node
+cluster). Every FULL_EVERY-th poll asks in full anyway, a bound on how long anything
+the fingerprint missed could stay stale. A node that hosts a replica of every group
+(replication factor = nodes, the common 3-node case) needs no row and makes no call.
+
+A row counts only when the answering node is one of the partition's replicas (it hosts
+the group, so its answer is first hand) and names a leader; the highest epoch wins, so
+an old answer never replaces a newer one.
 """
 
 from __future__ import annotations
