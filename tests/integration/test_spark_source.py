@@ -283,6 +283,7 @@ class Producers:
         self.c, self.rate = c, rate_per_s
         self.acked: list[tuple[str, int, int, bytes, bytes]] = []
         self.failed = 0
+        self.errors: collections.Counter[str] = collections.Counter()  # why deliveries failed
         self.sent = 0
         self.stop_flag = threading.Event()
         self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(n)]
@@ -301,6 +302,7 @@ class Producers:
                 )
             else:
                 self.failed += 1
+                self.errors[f"{msg.topic()}/{msg.partition()}: {err.name()} {err.str()}"] += 1
 
         seq, t0 = 0, time.monotonic()
         while not self.stop_flag.is_set():
@@ -486,7 +488,7 @@ def test_exactly_once_through_leader_and_driver_kills(cluster, spark, tmp_path, 
     prods.stop()
     asyncio.run(cluster.wait_ready(timeout=30))
     print(f"produced {prods.sent}, acknowledged {len(prods.acked)}, failed {prods.failed}")
-    assert prods.acked and prods.failed == 0
+    assert prods.acked and prods.failed == 0, f"failed deliveries: {dict(prods.errors)}"
 
     final = Driver(cluster, paths, log_path, available_now=True)
     assert final.wait(240) == 0, tail(log_path, start=final.log_start)
