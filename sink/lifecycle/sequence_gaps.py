@@ -26,6 +26,7 @@ OUT_OF_ORDER answer can come late, never early).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -33,6 +34,8 @@ from sink.kafka.protocol.errors import ErrorCode
 
 GapKey = tuple[int, str, int, int]
 """(producer id, topic, partition, producer epoch)"""
+
+log = logging.getLogger("sink.produce")
 
 MAX_TRACKED = 10_000  # gaps remembered at once; the oldest is forgotten beyond
 
@@ -64,4 +67,15 @@ class SequenceGaps:
             self.retried += 1
             return ErrorCode.not_leader_or_follower
         self.refused += 1
+        # Rare and consequential (the client bumps its epoch and renumbers): an
+        # operator reading why a client failed deliveries needs this line.
+        log.warning(
+            "sink.produce sequence gap of producer %d epoch %d on %s/%d lasted %.1f s: "
+            "OUT_OF_ORDER_SEQUENCE_NUMBER",
+            key[0],
+            key[3],
+            key[1],
+            key[2],
+            now - first,
+        )
         return error

@@ -2,6 +2,8 @@
 gap has lasted the grace, per (pid, topic, partition, epoch); an accepted batch closes
 the gap, so the next one starts its own grace."""
 
+import logging
+
 from sink.kafka.protocol.errors import ErrorCode
 from sink.lifecycle.sequence_gaps import MAX_TRACKED, SequenceGaps
 
@@ -18,15 +20,20 @@ class Clock:
         return self.now
 
 
-def test_a_gap_is_retriable_until_the_grace_ends_then_out_of_order():
+def test_a_gap_is_retriable_until_the_grace_ends_then_out_of_order(caplog):
     clock = Clock()
     gaps = SequenceGaps(30_000, clock)
     assert gaps.answer(KEY, OOO) == RETRY
     clock.now += 29.9
     assert gaps.answer(KEY, OOO) == RETRY
+    assert not caplog.records
     clock.now += 0.1
-    assert gaps.answer(KEY, OOO) == OOO
+    with caplog.at_level(logging.WARNING, logger="sink.produce"):
+        assert gaps.answer(KEY, OOO) == OOO
     assert (gaps.retried, gaps.refused) == (2, 1)
+    # The refusal is logged: a client will bump its epoch, and its deliveries may fail.
+    (rec,) = caplog.records
+    assert "producer 1000 epoch 0 on t/0 lasted 30.0 s" in rec.getMessage()
 
 
 def test_an_accepted_batch_closes_the_gap():
