@@ -61,3 +61,29 @@ def test_below_half_the_reserve_appends_with_entries_are_dropped():
     assert kinds == ["AppendEntries", "Heartbeat", "RequestVote"]
     assert got[0].entries == []  # the probe passes: it grows nothing
     assert gated.refused_appends == 1 and gated.refused_transfers == 1
+
+
+def test_callbacks_set_through_the_gate_are_the_inner_transports():
+    """RaftHost sets `on_unreachable` on the transport it is given: through the gate it
+    must land on the transport that calls it (it stayed on the wrapper, and a sink node
+    never saw a broken stream: killed peers were found only by the 3 s silence)."""
+
+    class Inner:
+        on_unreachable = None
+
+        def peer_connected(self, peer: int) -> bool:
+            return False
+
+        def report(self, peer: int) -> None:  # what GrpcTransport does on a failed write
+            if self.on_unreachable is not None:
+                self.on_unreachable(peer)
+
+    inner = Inner()
+    gated = GatedTransport(inner)
+    seen: list[int] = []
+    gated.on_unreachable = seen.append
+    inner.report(3)
+    assert seen == [3] and gated.on_unreachable == seen.append
+    assert "on_unreachable" not in vars(gated)  # nothing left on the wrapper
+    gated.on_unreachable = None
+    assert inner.on_unreachable is None
