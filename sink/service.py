@@ -258,14 +258,13 @@ class SinkService(AdminOps):
         """The partition's leadership (PartitionRoles): group 0's, for every partition.
 
         replicas = the group's members, voters and learners, sorted (a learner holds
-        the data, as a Kafka replica being added does); isr = the voters: only they
-        count toward commit. Which voters the leader heard from lately is not on
-        raftlog's public surface (its progress' recent_active is internal), and match
-        alone would drop a follower a few entries behind under load, which Kafka's
-        time-based ISR does not; so a dead voter stays in the ISR and offline is empty
-        (no liveness is exposed). A node that is neither voter nor learner (removed)
-        hosts no replica. Built from public reads only, as a tuple: Produce asks once
-        per partition."""
+        the data, as a Kafka replica being added does); isr = the voters this node's
+        host does not declare down (RaftGroup.in_sync_voters: time-based, as Kafka's
+        ISR; only voters count toward commit, so a learner is never in it); offline
+        is empty (Kafka's offline replicas are failed log directories of live
+        brokers). A node that is neither voter nor learner (removed) hosts no
+        replica. Built from public reads only, as a tuple: Produce asks once per
+        partition."""
         if self.routing is not None:
             return self.routing.role(topic, partition)
         node = self.node
@@ -283,7 +282,7 @@ class SinkService(AdminOps):
             lead if lead >= 0 else self.leader_hint(),
             term,
             replicas,
-            voters,
+            node.in_sync_voters(),
             (),
             leads,
             leads and self.fsm.leader_term == term and node.leads_current(),

@@ -76,6 +76,21 @@ class GroupReadSurface:
         m = core_.membership
         return {"voters": sorted(m.voters), "learners": sorted(m.learners)}
 
+    def in_sync_voters(self) -> tuple[int, ...]:
+        """The voters this node counts in sync (sorted; Kafka's ISR): every voter but
+        those the host declares down (RaftHost.peers_down: silent for the node-liveness
+        limit, or its stream broken). This node itself is always in. Time-based like
+        Kafka's replica.lag.time.max.ms, never by match index: a follower a few entries
+        behind under load is in sync, a dead one drops out after the silence limit
+        (seconds) and returns with its first message. Node liveness, not the group's
+        own acknowledgements, so a quiesced group (no heartbeats) keeps its live
+        voters. Empty while the group is still opening."""
+        voters = self.membership()["voters"]
+        down = self.host.peers_down()
+        if not down:
+            return tuple(voters)
+        return tuple(v for v in voters if v == self.id or v not in down)
+
     def incarnations(self) -> dict[int, int]:
         """The storage incarnations the current configuration records, by node id
         (empty while opening, with identity off, or before founding)."""

@@ -32,6 +32,15 @@ class HostLiveness:
 
     # --------------------------------------------------- quiescence, liveness
 
+    def peers_down(self) -> frozenset[int]:
+        """The peers this host declares down now (node liveness: silent for the
+        silence limit, liveness_silence_ms drawn in [S, 1.5 S], or their stream broken
+        and still down), until a message of theirs arrives. Empty before the first
+        group opens. A view of this process only: another node may differ for a
+        while. Read on the host's loop."""
+        lv = self._liveness
+        return frozenset(lv.down) if lv is not None and lv.down else frozenset()
+
     def _on_quiesce_change(self, group: RaftGroup) -> None:
         """A group's core entered or left quiescence (RaftGroup._sync_quiesced)."""
         gid = group.group_id

@@ -42,6 +42,7 @@ class Known(NamedTuple):
     leader: int
     epoch: int
     at: float  # monotonic time it was learnt
+    isr: tuple[int, ...] = ()  # the hosting node's ISR; () from a node that sends none
 
 
 class LeadersTable:
@@ -51,14 +52,22 @@ class LeadersTable:
         self.rows: dict[tuple[str, int], Known] = {}
         self.changes = 0  # rises whenever a row is added, changed or removed
 
-    def learn(self, topic: str, partition: int, leader: int, epoch: int, now: float) -> bool:
+    def learn(
+        self,
+        topic: str,
+        partition: int,
+        leader: int,
+        epoch: int,
+        now: float,
+        isr: tuple[int, ...] = (),
+    ) -> bool:
         """Keep the answer if its epoch is not older than the known one -> changed."""
         key = (topic, partition)
         old = self.rows.get(key)
         if old is not None and epoch < old.epoch:
             return False
-        self.rows[key] = Known(leader, epoch, now)
-        changed = old is None or old.leader != leader or old.epoch != epoch
+        self.rows[key] = Known(leader, epoch, now, isr)
+        changed = old is None or old.leader != leader or old.epoch != epoch or old.isr != isr
         self.changes += changed
         return changed
 
@@ -69,7 +78,12 @@ class LeadersTable:
             replicas = {r.node_id for r in info.replicas}
             if answering in replicas and info.leader_id > 0:
                 changed += self.learn(
-                    info.topic, info.partition, info.leader_id, info.leader_epoch, now
+                    info.topic,
+                    info.partition,
+                    info.leader_id,
+                    info.leader_epoch,
+                    now,
+                    tuple(info.isr),
                 )
         return changed
 

@@ -97,21 +97,23 @@ class PartitionRouting:
         if known is None:
             if self.poller is not None:
                 self.poller.poke()
-            lead, epoch, hint = -1, -1, g.replicas[0]
+            lead, epoch, hint, isr = -1, -1, g.replicas[0], g.replicas
         else:
             lead, epoch, hint = known.leader, known.epoch, known.leader
+            # The hosting node's view; a node that sends none: every replica.
+            isr = tuple(n for n in g.replicas if n in known.isr) if known.isr else g.replicas
         brokers = self.service.brokers
         lead = lead if lead in brokers else -1
         hint = hint if hint in brokers else -1
         return PartitionRole(
-            g.group, lead, hint, epoch, g.replicas, g.replicas, (), False, False, False, False
+            g.group, lead, hint, epoch, g.replicas, isr, (), False, False, False, False
         )
 
     def roles_version(self) -> int:
         """A fingerprint of everything role() answers about leaders, epochs and
         replicas (the read API's Partitions rows: sink/node/leaders.py polls): the
         placement (topics, groups, replica lists), the brokers, each hosted group's
-        term, leader and membership, and the leaders table's rows (the groups not
+        term, leader, membership and in-sync voters, and the leaders table's rows (the groups not
         hosted here), and the controller's applied index (member addresses, topics:
         whatever else the rows name). Equal fingerprints, equal rows; never 0.
         O(hosted groups)."""
@@ -132,6 +134,7 @@ class PartitionRouting:
                     tuple(m["voters"]),
                     tuple(m["learners"]),
                     h.placement.replicas,
+                    g.in_sync_voters(),
                 )
             )
         return (hash(tuple(parts)) & (2**63 - 1)) or 1
@@ -162,7 +165,7 @@ class PartitionRouting:
             hint,
             term,
             replicas,
-            voters,
+            group.in_sync_voters(),
             (),
             leads,
             leads and serves and h.fsm.leader_term == term and group.leads_current(),

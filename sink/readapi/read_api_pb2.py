@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0eread_api.proto\x12\x08raftsink\"\x0f\n\rStatusRequest\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\t\"N\n\x11PartitionsRequest\x12\x14\n\x0clinearizable\x18\x01 \x01(\x08\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x13\n\x0broles_since\x18\x03 \x01(\x04\",\n\x07Replica\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x10\n\x08read_api\x18\x02 \x01(\t\"\xb1\x01\n\rPartitionInfo\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x03 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x03\x12\x11\n\tleader_id\x18\x05 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x03\x12#\n\x08replicas\x18\x07 \x03(\x0b\x32\x11.raftsink.Replica\"\x91\x01\n\x0fPartitionsReply\x12+\n\npartitions\x18\x01 \x03(\x0b\x32\x17.raftsink.PartitionInfo\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x03\x12\x15\n\rroles_version\x18\x04 \x01(\x04\x12\x11\n\tunchanged\x18\x05 \x01(\x08\"h\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x05 \x01(\x05\"*\n\x05\x42\x61tch\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\x83\x01\n\nFetchReply\x12 \n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x0f.raftsink.Batch\x12\x16\n\x0ehigh_watermark\x18\x02 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x03 \x01(\x03\x12\x12\n\nerror_code\x18\x04 \x01(\x05\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"C\n\x0fPartitionOffset\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\"M\n\rCommitRequest\x12\x10\n\x08pipeline\x18\x01 \x01(\t\x12*\n\x07offsets\x18\x02 \x03(\x0b\x32\x19.raftsink.PartitionOffset\"t\n\x0b\x43ommitReply\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x01(\x05\x12.\n\x06\x65rrors\x18\x04 \x03(\x0b\x32\x1e.raftsink.PartitionCommitError\"[\n\x14PartitionCommitError\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\x1e\n\x0eMembersRequest\x12\x0c\n\x04json\x18\x01 \x01(\t\"L\n\x0cMembersReply\x12\x0c\n\x04json\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x11\n\tleader_id\x18\x04 \x01(\x05\"@\n\tTimeQuery\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\">\n\x16OffsetsForTimesRequest\x12$\n\x07queries\x18\x01 \x03(\x0b\x32\x13.raftsink.TimeQuery\"e\n\nTimeOffset\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x12\n\nerror_code\x18\x05 \x01(\x05\"=\n\x14OffsetsForTimesReply\x12%\n\x07offsets\x18\x01 \x03(\x0b\x32\x14.raftsink.TimeOffset2\x8d\x03\n\x08SinkRead\x12\x38\n\x06Status\x12\x17.raftsink.StatusRequest\x1a\x15.raftsink.StatusReply\x12\x44\n\nPartitions\x12\x1b.raftsink.PartitionsRequest\x1a\x19.raftsink.PartitionsReply\x12\x35\n\x05\x46\x65tch\x12\x16.raftsink.FetchRequest\x1a\x14.raftsink.FetchReply\x12\x38\n\x06\x43ommit\x12\x17.raftsink.CommitRequest\x1a\x15.raftsink.CommitReply\x12;\n\x07Members\x12\x18.raftsink.MembersRequest\x1a\x16.raftsink.MembersReply\x12S\n\x0fOffsetsForTimes\x12 .raftsink.OffsetsForTimesRequest\x1a\x1e.raftsink.OffsetsForTimesReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0eread_api.proto\x12\x08raftsink\"\x0f\n\rStatusRequest\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\t\"N\n\x11PartitionsRequest\x12\x14\n\x0clinearizable\x18\x01 \x01(\x08\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x13\n\x0broles_since\x18\x03 \x01(\x04\",\n\x07Replica\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x10\n\x08read_api\x18\x02 \x01(\t\"\xbe\x01\n\rPartitionInfo\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x03 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x03\x12\x11\n\tleader_id\x18\x05 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x03\x12#\n\x08replicas\x18\x07 \x03(\x0b\x32\x11.raftsink.Replica\x12\x0b\n\x03isr\x18\x08 \x03(\x05\"\x91\x01\n\x0fPartitionsReply\x12+\n\npartitions\x18\x01 \x03(\x0b\x32\x17.raftsink.PartitionInfo\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x03\x12\x15\n\rroles_version\x18\x04 \x01(\x04\x12\x11\n\tunchanged\x18\x05 \x01(\x08\"h\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x05 \x01(\x05\"*\n\x05\x42\x61tch\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\x83\x01\n\nFetchReply\x12 \n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x0f.raftsink.Batch\x12\x16\n\x0ehigh_watermark\x18\x02 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x03 \x01(\x03\x12\x12\n\nerror_code\x18\x04 \x01(\x05\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"C\n\x0fPartitionOffset\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\"M\n\rCommitRequest\x12\x10\n\x08pipeline\x18\x01 \x01(\t\x12*\n\x07offsets\x18\x02 \x03(\x0b\x32\x19.raftsink.PartitionOffset\"t\n\x0b\x43ommitReply\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x01(\x05\x12.\n\x06\x65rrors\x18\x04 \x03(\x0b\x32\x1e.raftsink.PartitionCommitError\"[\n\x14PartitionCommitError\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\x1e\n\x0eMembersRequest\x12\x0c\n\x04json\x18\x01 \x01(\t\"L\n\x0cMembersReply\x12\x0c\n\x04json\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x11\n\tleader_id\x18\x04 \x01(\x05\"@\n\tTimeQuery\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\">\n\x16OffsetsForTimesRequest\x12$\n\x07queries\x18\x01 \x03(\x0b\x32\x13.raftsink.TimeQuery\"e\n\nTimeOffset\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x12\n\nerror_code\x18\x05 \x01(\x05\"=\n\x14OffsetsForTimesReply\x12%\n\x07offsets\x18\x01 \x03(\x0b\x32\x14.raftsink.TimeOffset2\x8d\x03\n\x08SinkRead\x12\x38\n\x06Status\x12\x17.raftsink.StatusRequest\x1a\x15.raftsink.StatusReply\x12\x44\n\nPartitions\x12\x1b.raftsink.PartitionsRequest\x1a\x19.raftsink.PartitionsReply\x12\x35\n\x05\x46\x65tch\x12\x16.raftsink.FetchRequest\x1a\x14.raftsink.FetchReply\x12\x38\n\x06\x43ommit\x12\x17.raftsink.CommitRequest\x1a\x15.raftsink.CommitReply\x12;\n\x07Members\x12\x18.raftsink.MembersRequest\x1a\x16.raftsink.MembersReply\x12S\n\x0fOffsetsForTimes\x12 .raftsink.OffsetsForTimesRequest\x1a\x1e.raftsink.OffsetsForTimesReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,35 +40,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPLICA']._serialized_start=154
   _globals['_REPLICA']._serialized_end=198
   _globals['_PARTITIONINFO']._serialized_start=201
-  _globals['_PARTITIONINFO']._serialized_end=378
-  _globals['_PARTITIONSREPLY']._serialized_start=381
-  _globals['_PARTITIONSREPLY']._serialized_end=526
-  _globals['_FETCHREQUEST']._serialized_start=528
-  _globals['_FETCHREQUEST']._serialized_end=632
-  _globals['_BATCH']._serialized_start=634
-  _globals['_BATCH']._serialized_end=676
-  _globals['_FETCHREPLY']._serialized_start=679
-  _globals['_FETCHREPLY']._serialized_end=810
-  _globals['_PARTITIONOFFSET']._serialized_start=812
-  _globals['_PARTITIONOFFSET']._serialized_end=879
-  _globals['_COMMITREQUEST']._serialized_start=881
-  _globals['_COMMITREQUEST']._serialized_end=958
-  _globals['_COMMITREPLY']._serialized_start=960
-  _globals['_COMMITREPLY']._serialized_end=1076
-  _globals['_PARTITIONCOMMITERROR']._serialized_start=1078
-  _globals['_PARTITIONCOMMITERROR']._serialized_end=1169
-  _globals['_MEMBERSREQUEST']._serialized_start=1171
-  _globals['_MEMBERSREQUEST']._serialized_end=1201
-  _globals['_MEMBERSREPLY']._serialized_start=1203
-  _globals['_MEMBERSREPLY']._serialized_end=1279
-  _globals['_TIMEQUERY']._serialized_start=1281
-  _globals['_TIMEQUERY']._serialized_end=1345
-  _globals['_OFFSETSFORTIMESREQUEST']._serialized_start=1347
-  _globals['_OFFSETSFORTIMESREQUEST']._serialized_end=1409
-  _globals['_TIMEOFFSET']._serialized_start=1411
-  _globals['_TIMEOFFSET']._serialized_end=1512
-  _globals['_OFFSETSFORTIMESREPLY']._serialized_start=1514
-  _globals['_OFFSETSFORTIMESREPLY']._serialized_end=1575
-  _globals['_SINKREAD']._serialized_start=1578
-  _globals['_SINKREAD']._serialized_end=1975
+  _globals['_PARTITIONINFO']._serialized_end=391
+  _globals['_PARTITIONSREPLY']._serialized_start=394
+  _globals['_PARTITIONSREPLY']._serialized_end=539
+  _globals['_FETCHREQUEST']._serialized_start=541
+  _globals['_FETCHREQUEST']._serialized_end=645
+  _globals['_BATCH']._serialized_start=647
+  _globals['_BATCH']._serialized_end=689
+  _globals['_FETCHREPLY']._serialized_start=692
+  _globals['_FETCHREPLY']._serialized_end=823
+  _globals['_PARTITIONOFFSET']._serialized_start=825
+  _globals['_PARTITIONOFFSET']._serialized_end=892
+  _globals['_COMMITREQUEST']._serialized_start=894
+  _globals['_COMMITREQUEST']._serialized_end=971
+  _globals['_COMMITREPLY']._serialized_start=973
+  _globals['_COMMITREPLY']._serialized_end=1089
+  _globals['_PARTITIONCOMMITERROR']._serialized_start=1091
+  _globals['_PARTITIONCOMMITERROR']._serialized_end=1182
+  _globals['_MEMBERSREQUEST']._serialized_start=1184
+  _globals['_MEMBERSREQUEST']._serialized_end=1214
+  _globals['_MEMBERSREPLY']._serialized_start=1216
+  _globals['_MEMBERSREPLY']._serialized_end=1292
+  _globals['_TIMEQUERY']._serialized_start=1294
+  _globals['_TIMEQUERY']._serialized_end=1358
+  _globals['_OFFSETSFORTIMESREQUEST']._serialized_start=1360
+  _globals['_OFFSETSFORTIMESREQUEST']._serialized_end=1422
+  _globals['_TIMEOFFSET']._serialized_start=1424
+  _globals['_TIMEOFFSET']._serialized_end=1525
+  _globals['_OFFSETSFORTIMESREPLY']._serialized_start=1527
+  _globals['_OFFSETSFORTIMESREPLY']._serialized_end=1588
+  _globals['_SINKREAD']._serialized_start=1591
+  _globals['_SINKREAD']._serialized_end=1988
 # @@protoc_insertion_point(module_scope)

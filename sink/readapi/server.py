@@ -160,6 +160,7 @@ class ReadApiService:
         for node in role.replicas:
             address = self.leader_read_api(node) if self.leader_read_api else None
             info.replicas.add(node_id=node, read_api=address or "")
+        info.isr.extend(role.isr)
         return info
 
     async def fetch(

@@ -80,6 +80,21 @@ def metadata(port: int, topic: str) -> dict[int, tuple[int, int, list[int]]]:
     return out
 
 
+def isrs(bootstrap: str, topic: str) -> dict[int, list[int]]:
+    """partition -> ISR as one node's Metadata answers it, through librdkafka's admin
+    client (a real client's reading of isr_nodes); {} when the node does not answer."""
+    # log_level 0: a cluster with a killed node would fill the output with connect errors
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        md = admin.list_topics(topic, timeout=5)
+    except KafkaException:
+        return {}
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        return {}
+    return {p: sorted(info.isrs) for p, info in t.partitions.items()}
+
+
 def kafka_port(cluster: SinkProcessCluster, node: int) -> int:
     return int(cluster.peers[node].kafka.rsplit(":", 1)[1])
 

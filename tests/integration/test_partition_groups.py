@@ -31,6 +31,7 @@ from tests.helpers.kafka_wire import request  # noqa: E402
 from tests.helpers.partition_groups import (  # noqa: E402
     create_topic,
     groups_cluster,
+    isrs,
     kafka_port,
     metadata,
     read_back,
@@ -188,6 +189,27 @@ def test_five_nodes_rf3_kill_the_busiest_leader_every_ack_read_once(cluster):
         producer.poll,
     )
     print(f"leadership of node {victim}'s groups moved in {time.monotonic() - killed_at:.2f} s")
+
+    # Kafka's ISR is time-based: the killed node leaves every partition's ISR, in the
+    # Metadata of every live node (the hosting ones' own view; the others' learnt
+    # from the leaders-table polls), and every other replica stays in it.
+    def isr_without_victim() -> bool:
+        for n in cluster.alive():
+            seen = isrs(cluster.peers[n].kafka, TOPIC)
+            want = {p: sorted(set(reps) - {victim}) for p, (_, _, reps) in md.items()}
+            if seen != want:
+                return False
+        return True
+
+    wait_for(
+        isr_without_victim,
+        FAILOVER_DEADLINE_S,
+        lambda: (
+            f"ISRs without node {victim}: "
+            + str({n: isrs(cluster.peers[n].kafka, TOPIC) for n in cluster.alive()})
+        ),
+        producer.poll,
+    )
     send(1_000)
     assert producer.flush(120) == 0, "records still in flight after 120 s"
     assert not failed, f"{len(failed)} deliveries failed, first: {failed[0]}"
@@ -229,6 +251,12 @@ def test_five_nodes_rf3_kill_the_busiest_leader_every_ack_read_once(cluster):
         return ends == [expected[p] for p in mine]
 
     wait_for(caught_up, 60, f"node {victim} hosting {placed_on_victim} groups, caught up")
+    every = {p: sorted(reps) for p, (_, _, reps) in md.items()}
+    wait_for(
+        lambda: all(isrs(cluster.peers[n].kafka, TOPIC) == every for n in cluster.alive()),
+        60,
+        lambda: f"every replica in sync again: {isrs(cluster.peers[1].kafka, TOPIC)}",
+    )
 
     # Leadership spreads again: the balancer drivers hand the restarted node back the
     # groups it is preferred for (transfers only), until no node leads more than

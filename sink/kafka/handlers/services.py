@@ -123,9 +123,12 @@ class PartitionRole(NamedTuple):
     replicas: tuple[int, ...]
     """The group's members (voters and learners): Metadata's replica_nodes."""
     isr: tuple[int, ...]
-    """The replicas in sync with the leader (at most the voters): Metadata's isr_nodes."""
+    """The replicas in sync (voters only, less those on nodes this node's Raft host
+    declares down, or the hosting node's view learnt from its answer): Metadata's
+    isr_nodes."""
     offline: tuple[int, ...]
-    """The replicas on nodes known to be down: Metadata's offline_replicas."""
+    """Metadata's offline_replicas: replicas on failed log directories of live
+    brokers in Kafka; always empty here (a dead node's replicas leave the ISR)."""
     leads: bool
     """This node leads the group now (it may be deposed without knowing yet)."""
     ready: bool

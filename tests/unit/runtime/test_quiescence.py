@@ -259,3 +259,46 @@ def test_quiescence_off_keeps_every_group_ticking(tmp_path):
             await c.stop()
 
     run(main())
+
+
+def test_in_sync_voters_drop_a_silent_node_and_take_it_back(tmp_path):
+    """RaftGroup.in_sync_voters (Kafka's ISR) is node liveness: every voter while all
+    hosts beat, even with every group quiesced (no heartbeats); a cut-off node drops out
+    of every group's ISR on the hosts that declare it down, never out of its own view of
+    itself, and returns once it is heard again."""
+
+    async def main():
+        c = Cluster(str(tmp_path))
+        await c.start()
+        try:
+            await c.quiet()
+            for i in IDS:
+                assert c.hosts[i].peers_down() == frozenset()
+                for g in GROUPS:
+                    assert c.hosts[i].groups[g].in_sync_voters() == IDS
+            dead = 3
+            rest = (1, 2)
+            c.net.isolate(dead)
+            await wait_until(
+                lambda: all(c.hosts[i].peers_down() == {dead} for i in rest),
+                what="node 3 declared down",
+            )
+            for i in rest:
+                for g in GROUPS:
+                    assert c.hosts[i].groups[g].in_sync_voters() == rest
+            # the cut-off node keeps itself in (and declares the others down)
+            await wait_until(
+                lambda: c.hosts[dead].peers_down() == set(rest), what="node 3 sees 1, 2 down"
+            )
+            assert all(c.hosts[dead].groups[g].in_sync_voters() == (dead,) for g in GROUPS)
+            c.net.heal()
+            await wait_until(
+                lambda: all(
+                    c.hosts[i].groups[g].in_sync_voters() == IDS for i in IDS for g in GROUPS
+                ),
+                what="every voter in sync again",
+            )
+        finally:
+            await c.stop()
+
+    run(main())

@@ -259,6 +259,9 @@ class _OneGroupNode(SimpleNamespace):
     def membership(self) -> dict[str, list[int]]:
         return {"voters": [1, 2, 3], "learners": [4]}
 
+    def in_sync_voters(self) -> tuple[int, ...]:
+        return (1, 3)  # node 2 declared down by this node's host
+
 
 @pytest.mark.parametrize(
     ("me", "leading", "fsm_term", "leads", "ready", "hosted", "stalled"),
@@ -294,7 +297,7 @@ def test_sink_service_answers_group_0_for_every_partition(
             hint=1,
             leader_epoch=7,
             replicas=(1, 2, 3, 4),  # voters and the learner
-            isr=(1, 2, 3),  # only voters count toward commit
+            isr=(1, 3),  # voters only (they count toward commit), less the down node 2
             offline=(),
             leads=leads,
             ready=ready,

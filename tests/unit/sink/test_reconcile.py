@@ -78,10 +78,15 @@ def test_no_serve_for_a_topic_the_controller_no_longer_has():
     assert serve_command(g(1, 1), None, None, m.fsm, {}) is None
 
 
-def _info(topic, partition, leader, epoch, replicas):
+def _info(topic, partition, leader, epoch, replicas, isr=()):
     reps = [SimpleNamespace(node_id=n) for n in replicas]
     return SimpleNamespace(
-        topic=topic, partition=partition, leader_id=leader, leader_epoch=epoch, replicas=reps
+        topic=topic,
+        partition=partition,
+        leader_id=leader,
+        leader_epoch=epoch,
+        replicas=reps,
+        isr=list(isr),
     )
 
 
@@ -95,9 +100,34 @@ def test_leaders_table_keeps_the_newest_epoch_from_hosting_nodes_only():
     assert t.learn_reply(4, [_info("t", 0, 4, 9, (1, 2, 3))], now=3.0) == 0
     assert t.learn_reply(1, [_info("t", 0, 0, 9, (1, 2, 3))], now=3.0) == 0
     assert t.learn_reply(1, [_info("t", 0, 3, 6, (1, 2, 3))], now=4.0) == 1
-    assert t.get("t", 0) == (3, 6, 4.0)
+    assert t.get("t", 0) == (3, 6, 4.0, ())
     t.forget_missing(lambda topic, p: False)
     assert t.get("t", 0) is None
+
+
+def test_leaders_table_keeps_the_hosting_node_s_isr_and_a_change_of_it_counts():
+    t = LeadersTable()
+    assert t.learn_reply(2, [_info("t", 0, 2, 5, (1, 2, 3), isr=(1, 2, 3))], now=1.0) == 1
+    assert t.get("t", 0).isr == (1, 2, 3)
+    before = t.changes
+    # node 3 went down: same leader and epoch, a smaller ISR is a change
+    assert t.learn_reply(2, [_info("t", 0, 2, 5, (1, 2, 3), isr=(1, 2))], now=2.0) == 1
+    assert t.get("t", 0).isr == (1, 2) and t.changes == before + 1
+    assert t.learn_reply(2, [_info("t", 0, 2, 5, (1, 2, 3), isr=(1, 2))], now=3.0) == 0
+
+
+def test_a_partition_hosted_elsewhere_reports_the_hosting_node_s_isr():
+    placed = SimpleNamespace(group=7, replicas=(3, 1, 2))
+    groups = SimpleNamespace(lookup=lambda topic, partition: (placed, None))
+    service = SimpleNamespace(brokers={1: 0, 2: 0, 3: 0})
+    leaders = LeadersTable()
+    routing = PartitionRouting(service, groups, leaders, None, dict, 0)  # type: ignore[arg-type]
+    leaders.learn("far", 0, 3, 4, now=1.0, isr=(1, 3))
+    role = routing.role("far", 0)
+    assert (role.leader, role.replicas, role.isr) == (3, (3, 1, 2), (3, 1))
+    # a hosting node that predates the field sends none: every replica
+    leaders.learn("far", 0, 3, 5, now=2.0)
+    assert routing.role("far", 0).isr == (3, 1, 2)
 
 
 def test_leader_poller_asks_only_for_topics_not_hosted_here_and_not_at_all_when_none():
@@ -197,9 +227,13 @@ def test_leader_poller_asks_in_full_when_it_wants_other_topics():
 class _Group:
     def __init__(self, term: int, leader: int, voters: list[int]) -> None:
         self.term, self.leader_id, self.voters = term, leader, voters
+        self.down: set[int] = set()
 
     def membership(self) -> dict[str, list[int]]:
         return {"voters": list(self.voters), "learners": []}
+
+    def in_sync_voters(self) -> tuple[int, ...]:
+        return tuple(v for v in self.voters if v not in self.down)
 
 
 def test_roles_version_moves_with_every_input_of_the_rows_and_only_then():
@@ -224,6 +258,8 @@ def test_roles_version_moves_with_every_input_of_the_rows_and_only_then():
     group.leader_id = 2
     assert moved()
     group.voters = [1, 2, 3, 4]
+    assert moved()
+    group.down = {3}  # a voter's node declared down: the ISR the rows carry shrank
     assert moved()
     hosted[7].placement = SimpleNamespace(replicas=(2, 1, 3))
     assert moved()
