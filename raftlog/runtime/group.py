@@ -98,6 +98,10 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
     (a single-group node's own layout), else the host's LogEnvironment under
     groups/<group id>/. incarnations: the initial configuration's recorded storage
     incarnations (RaftConfig.incarnations: a sealed start, no founding round).
+    preferred_leader: the voter that should lead a new group (0: the host's rule,
+    voters[group_id mod n] sorted): a fresh group's first election runs there first
+    and the other replicas campaign only if it could not (RaftHost's first-election
+    stagger, with quiescence on).
     """
 
     def __init__(
@@ -113,6 +117,7 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
         log_dir: str | None = None,
         snapshot_dir: str | None = None,
         incarnations: dict[int, int] | None = None,
+        preferred_leader: int = 0,
     ) -> None:
         node_id = host.node_id
         if node_id not in peers and not join:
@@ -125,6 +130,7 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
         self.peers = dict(peers)
         # The initial configuration's recorded incarnations (RaftConfig.incarnations)
         self._incarnations = {n: i for n, i in (incarnations or {}).items() if n in peers}
+        self.preferred_leader = preferred_leader
         self.fsm = fsm
         self.transport = host.transport
         self.options = options or NodeOptions()

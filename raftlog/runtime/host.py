@@ -206,9 +206,11 @@ class RaftHost(HostBeats, HostLiveness, HostTicks):
         join: bool = False,
         compaction_limit: Callable[[], int | None] | None = None,
         incarnations: dict[int, int] | None = None,
+        preferred_leader: int = 0,
     ) -> RaftGroup:
         """Create (or reopen, from groups/<group_id>/) a group's replica and start it
-        (incarnations: a sealed start, RaftGroup)."""
+        (incarnations: a sealed start; preferred_leader: who leads a new group;
+        both RaftGroup's)."""
         group = RaftGroup(
             self,
             group_id,
@@ -219,6 +221,7 @@ class RaftHost(HostBeats, HostLiveness, HostTicks):
             join=join,
             compaction_limit=compaction_limit,
             incarnations=incarnations,
+            preferred_leader=preferred_leader,
         )
         await self.start_group(group)
         return group

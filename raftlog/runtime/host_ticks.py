@@ -28,8 +28,9 @@ class HostTicks:
     """The tick and housekeeping loops of RaftHost (no state of its own)."""
 
     def _stagger_first_election(self, group: RaftGroup) -> None:
-        """A fresh group (term 0) elects first on its preferred replica,
-        voters[gid mod n] sorted, in the next free slot of campaigns_per_tick
+        """A fresh group (term 0) elects first on its preferred replica (the
+        group's preferred_leader when it is a voter, else voters[gid mod n]
+        sorted), in the next free slot of campaigns_per_tick
         first elections per tick on this host; the other replicas wait 3T ticks
         beyond that slot (they campaign only if the preferred one could not).
         1,000 groups started together then elect a few per tick without
@@ -47,7 +48,10 @@ class HostTicks:
         self._first_slot = max(self._first_slot, float(now)) + 1.0 / rate
         delay = int(self._first_slot - now)
         t = group.options.election_ticks
-        if voters[group.group_id % len(voters)] != self.node_id:
+        preferred = group.preferred_leader
+        if preferred not in voters:
+            preferred = voters[group.group_id % len(voters)]
+        if preferred != self.node_id:
             delay += 3 * t
         c.postpone_election(delay)
 

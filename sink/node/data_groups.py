@@ -12,12 +12,13 @@ runtime: every `interval_s` (and at once when the placement changes) it
   2. on each group this node leads, proposes SERVE until its machine hosts the
      partition, then CONFIGS while its topic's overrides differ from the controller's
      (idempotent: a duplicate changes nothing);
-  3. when this node leads a new group (its partition holds no record yet) and is not
-     its preferred replica (the placement's first), hands leadership to it
+  3. starts a new group's replicas with the preferred replica (the placement's
+     first) as the RaftGroup's preferred_leader, so its first election runs there
+     (the others campaign 3 election timeouts later), and when this node still leads a
+     new group (its partition holds no record yet: the preferred replica started
+     late, or was down) and is not its preferred replica, hands leadership to it
      (transfer_leader, at most HAND_OFF_ATTEMPTS tries; Kafka's preferred leader at
-     creation): whichever replica's
-     election timer fired first would otherwise lead, and striped preferred replicas
-     spread leaders over the nodes. Keeping them spread after failures is the leader
+     creation): striped preferred replicas spread leaders over the nodes. Keeping them spread after failures is the leader
      balancer's (sink.placement.balancer, driven from SinkNode.host), not this;
   4. runs each hosted group's retention (a RetentionWorker per group); the group's
      compaction limit is sink/node/compaction.py's rule over that group's own log: the
@@ -260,6 +261,12 @@ class DataGroups:
             # A sealed start (PLACE_TOPIC's incarnations): no founding round, so a
             # group placed while one replica is down still elects.
             incarnations=g.incarnation_map(),
+            # A new group's first election runs on its preferred replica (Kafka's
+            # preferred leader at creation), so no transfer moves the leader while
+            # clients already write: a transfer answers NOT_LEADER_OR_FOLLOWER to
+            # requests in flight, and a producer without idempotence that retries
+            # them may reorder its records (librdkafka's test 0041 saw it).
+            preferred_leader=g.replicas[0],
         )
         group_box.append(group)
         retention = RetentionWorker(fsm, group, self.retention_interval_s)

@@ -302,3 +302,55 @@ def test_in_sync_voters_drop_a_silent_node_and_take_it_back(tmp_path):
             await c.stop()
 
     run(main())
+
+
+def test_a_new_group_s_first_leader_is_its_preferred_leader(tmp_path):
+    """RaftGroup.preferred_leader steers the host's first-election stagger: each new
+    group (sealed start, as partition groups place them) elects the voter named, in
+    term 1, instead of voters[group id mod n] (sink names the placement's first
+    replica: a leadership transfer after creation would move the leader under
+    clients already writing)."""
+
+    async def main():
+        c = Cluster(str(tmp_path))
+        net = c.net
+        for i in IDS:
+            host = RaftHost(
+                i,
+                net.transport(i, groups=()),
+                data_dir=os.path.join(c.base, f"n{i}"),
+                options=HostOptions(tick_ms=OPTS.tick_ms, quiesce=True),
+            )
+            await host.start()
+            c.hosts[i] = host
+        incs = {i: c.hosts[i].identity_file(c.hosts[i].data_dir, "").incarnation for i in IDS}
+        # every group's preferred leader differs from the default rule's choice
+        preferred = {gid: IDS[(gid + 1) % len(IDS)] for gid in range(10, 16)}
+        try:
+            for gid, pref in preferred.items():
+                assert pref != sorted(IDS)[gid % len(IDS)]
+                for i in IDS:
+                    await c.hosts[i].add_group(
+                        gid,
+                        PEERS,
+                        RecordingFSM(),
+                        OPTS,
+                        seed=i * 100 + gid,
+                        incarnations=incs,
+                        preferred_leader=pref,
+                    )
+
+            def leaders() -> dict[int, tuple[int, int]]:
+                out = {}
+                for gid in preferred:
+                    lead = [i for i in IDS if c.hosts[i].groups[gid].is_leader()]
+                    if len(lead) == 1:
+                        out[gid] = (lead[0], c.hosts[lead[0]].groups[gid].term)
+                return out
+
+            await wait_until(lambda: len(leaders()) == len(preferred), what="leaders")
+            assert leaders() == {gid: (pref, 1) for gid, pref in preferred.items()}
+        finally:
+            await c.stop()
+
+    run(main())
