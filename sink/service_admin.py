@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sink.kafka.protocol.errors import ErrorCode
@@ -59,11 +60,13 @@ class AdminOps:
         partitions: int,
         configs: dict[str, str] | None = None,
         replication_factor: int = -1,
+        assignments: Sequence[Sequence[int]] | None = None,
     ) -> CreateTopicResult:
         """Create a topic through the log (leader only), with its configs (validated
         here and again at apply: INVALID_CONFIG, nothing created, if one is bad).
-        replication_factor (-1: the default) matters with partition groups only: one
-        group holds every replica otherwise."""
+        replication_factor (-1: the default) and assignments (explicit replica lists,
+        one per partition) matter with partition groups only: one group holds every
+        replica otherwise."""
         if not self.valid_topic_name(name):
             return CreateTopicResult(ErrorCode.invalid_topic_exception, None)
         if not 1 <= partitions <= self.options.max_create_partitions:
@@ -71,7 +74,9 @@ class AdminOps:
         if not self.node.is_leader():
             return CreateTopicResult(ErrorCode.not_controller, None)
         if self.routing is not None:
-            return await self.routing.create_topic(name, partitions, configs, replication_factor)
+            return await self.routing.create_topic(
+                name, partitions, configs, replication_factor, assignments
+            )
         if configs:
             try:
                 configs = validate_all(configs)

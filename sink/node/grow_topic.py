@@ -97,6 +97,16 @@ def added_replicas(
             f"Attempted to add {added} additional partition(s), but only {len(assignments)} "
             "assignment(s) were specified."
         )
+    return checked_assignments(topology, assignments, rf)
+
+
+def checked_assignments(
+    topology: Topology, assignments: Sequence[Sequence[int]], rf: int
+) -> list[tuple[int, ...]]:
+    """Explicit replica lists (CreatePartitions' new partitions, CreateTopics' whole
+    topic) checked against placement's hard rules for a new list -> the lists as
+    tuples; every list must hold rf replicas (CreateTopics: the first list's length).
+    PlacementError with INVALID_REPLICA_ASSIGNMENT naming the problem otherwise."""
     out = []
     for given in assignments:
         replicas = tuple(given)

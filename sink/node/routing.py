@@ -256,9 +256,12 @@ class PartitionRouting:
         partitions: int,
         configs: dict[str, str] | None,
         replication_factor: int,
+        assignments: Sequence[Sequence[int]] | None = None,
     ) -> CreateTopicResult:
-        """On the controller leader (the caller checked): place, then commit the topic
-        with its placement in one controller entry."""
+        """On the controller leader (the caller checked): place (or check the request's
+        replica lists, one per partition, preferred replica first: kafka-topics
+        --replica-assignment), then commit the topic with its placement in one
+        controller entry."""
         svc = self.service
         if configs:
             try:
@@ -278,7 +281,12 @@ class PartitionRouting:
         if self.down is not None:
             topology = grow_topic.prefer_live(topology, self.down(), rf)
         try:
-            replicas = place_partitions(topology, partitions, rf, topic=name)
+            if assignments:
+                replicas = grow_topic.checked_assignments(
+                    topology, assignments, len(assignments[0])
+                )
+            else:
+                replicas = place_partitions(topology, partitions, rf, topic=name)
         except PlacementError as exc:
             why = str(exc)
             if missing:

@@ -137,6 +137,23 @@ def _choice(*allowed: str) -> Callable[[str], Any]:
     return parse
 
 
+def _bool(v: str) -> str:
+    low = v.strip().lower()
+    if low not in ("true", "false"):
+        raise TopicConfigError(f"{v!r} is not a boolean (true, false)")
+    return low
+
+
+def _ratio(v: str) -> float:
+    try:
+        x = float(v.strip())
+    except ValueError:
+        raise TopicConfigError(f"{v!r} is not a number") from None
+    if not 0.0 <= x <= 1.0:
+        raise TopicConfigError(f"{x} is out of range [0, 1]")
+    return x
+
+
 def _cleanup_policy(v: str) -> str:
     items = [s.strip() for s in v.split(",") if s.strip()]
     if not items:
@@ -166,6 +183,8 @@ class TopicConfigDef:
     doc: str
     effect: str = ""
     """What it does here when that differs from Kafka (docs)."""
+    fixed_default: str = ""
+    """The default of a config that has no TopicDefaults field (field == "")."""
 
 
 _I32 = (1 << 31) - 1
@@ -181,6 +200,7 @@ DEFS: dict[str, TopicConfigDef] = {
             _cleanup_policy,
             "delete: old batches are removed by retention.ms / retention.bytes",
             "compact is refused with INVALID_CONFIG",
+            fixed_default="delete",
         ),
         TopicConfigDef(
             "retention.ms",
@@ -232,6 +252,152 @@ DEFS: dict[str, TopicConfigDef] = {
             "Kafka's segment roll time",
             "no effect: an idle topic's batches expire without a roll",
         ),
+        # Kafka configs that tools and frameworks set when they create topics, accepted
+        # (validated as Kafka does), stored and reported; what each does here is in its
+        # `effect`. Refusing them would fail a whole CreateTopics over a setting that
+        # changes nothing a client can observe.
+        TopicConfigDef(
+            "compression.type",
+            "compression.type",
+            "",
+            ConfigType.STRING,
+            _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+            "the codec Kafka's broker recompresses batches to; producer: keep the producer's",
+            "batches are always stored as the producer compressed them (no broker-side "
+            "recompression, as Redpanda); consumers decode either way",
+            fixed_default="producer",
+        ),
+        TopicConfigDef(
+            "min.insync.replicas",
+            "min.insync.replicas",
+            "",
+            ConfigType.INT,
+            _long(1, _I32),
+            "acks=all needs this many in-sync replicas",
+            "no effect: acks=all waits for a Raft majority of the partition's replicas "
+            "(2 of 3, 3 of 5) and a partition without a majority takes no writes at all",
+            fixed_default="1",
+        ),
+        TopicConfigDef(
+            "unclean.leader.election.enable",
+            "unclean.leader.election.enable",
+            "",
+            ConfigType.BOOLEAN,
+            _bool,
+            "may a replica outside the ISR become leader",
+            "no effect: a Raft leader always holds every committed record",
+            fixed_default="false",
+        ),
+        TopicConfigDef(
+            "delete.retention.ms",
+            "log.cleaner.delete.retention.ms",
+            "",
+            ConfigType.LONG,
+            _long(0),
+            "how long compaction keeps tombstones",
+            "no effect: no compaction",
+            fixed_default=str(DAY_MS),
+        ),
+        TopicConfigDef(
+            "min.compaction.lag.ms",
+            "log.cleaner.min.compaction.lag.ms",
+            "",
+            ConfigType.LONG,
+            _long(0),
+            "compaction's minimum age",
+            "no effect: no compaction",
+            fixed_default="0",
+        ),
+        TopicConfigDef(
+            "max.compaction.lag.ms",
+            "log.cleaner.max.compaction.lag.ms",
+            "",
+            ConfigType.LONG,
+            _long(1),
+            "compaction's maximum delay",
+            "no effect: no compaction",
+            fixed_default=str((1 << 63) - 1),
+        ),
+        TopicConfigDef(
+            "min.cleanable.dirty.ratio",
+            "log.cleaner.min.cleanable.ratio",
+            "",
+            ConfigType.DOUBLE,
+            _ratio,
+            "when compaction starts",
+            "no effect: no compaction",
+            fixed_default="0.5",
+        ),
+        TopicConfigDef(
+            "flush.messages",
+            "log.flush.interval.messages",
+            "",
+            ConfigType.LONG,
+            _long(1),
+            "fsync every this many messages",
+            "no effect: every acknowledged batch is already fsynced on a majority",
+            fixed_default=str((1 << 63) - 1),
+        ),
+        TopicConfigDef(
+            "flush.ms",
+            "log.flush.interval.ms",
+            "",
+            ConfigType.LONG,
+            _long(0),
+            "fsync at least this often",
+            "no effect: every acknowledged batch is already fsynced on a majority",
+            fixed_default=str((1 << 63) - 1),
+        ),
+        TopicConfigDef(
+            "segment.jitter.ms",
+            "log.roll.jitter.ms",
+            "",
+            ConfigType.LONG,
+            _long(0),
+            "random jitter of segment rolls",
+            "no effect (as segment.ms)",
+            fixed_default="0",
+        ),
+        TopicConfigDef(
+            "segment.index.bytes",
+            "log.index.size.max.bytes",
+            "",
+            ConfigType.INT,
+            _long(4, _I32),
+            "Kafka's offset index size",
+            "no effect: the Raft log has its own index",
+            fixed_default=str(10 << 20),
+        ),
+        TopicConfigDef(
+            "index.interval.bytes",
+            "log.index.interval.bytes",
+            "",
+            ConfigType.INT,
+            _long(0, _I32),
+            "Kafka's offset index density",
+            "no effect: the Raft log has its own index",
+            fixed_default="4096",
+        ),
+        TopicConfigDef(
+            "file.delete.delay.ms",
+            "log.segment.delete.delay.ms",
+            "",
+            ConfigType.LONG,
+            _long(0),
+            "delay before a removed segment's file is deleted",
+            "no effect",
+            fixed_default="60000",
+        ),
+        TopicConfigDef(
+            "preallocate",
+            "log.preallocate",
+            "",
+            ConfigType.BOOLEAN,
+            _bool,
+            "preallocate segment files",
+            "no effect",
+            fixed_default="false",
+        ),
         TopicConfigDef(
             "raftsink.pipeline.hold.max.ms",
             "raftsink.pipeline.hold.max.ms",
@@ -263,7 +429,7 @@ _BUILTIN: dict[str, Any] = {
 def builtin_default(name: str) -> str:
     """Kafka's own default of a config (DEFAULT_CONFIG), before the node configuration."""
     f = DEFS[name].field
-    return str(_BUILTIN[f]) if f else "delete"  # cleanup.policy: the only policy there is
+    return str(_BUILTIN[f]) if f else DEFS[name].fixed_default
 
 
 def validate(name: str, value: str | None) -> str:

@@ -28,9 +28,15 @@ from confluent_kafka import (  # noqa: E402
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewPartitions  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 
 from sink.process_cluster import SinkProcessCluster  # noqa: E402
+from tests.helpers.kafka_wire import request  # noqa: E402
 from tests.helpers.partition_groups import (  # noqa: E402
     create_topic,
     groups_cluster,
@@ -188,3 +194,96 @@ def test_grow_a_placed_topic_from_3_to_6_partitions_and_use_them(cluster):
     finally:
         check.close()
     assert ends == [(0, len(acked[p])) for p in range(partitions)], ends
+
+
+def _create(admin: AdminClient, topic) -> KafkaError | None:
+    """CreateTopics of one NewTopic -> None (created) or the Kafka error; retried while
+    the controller moves."""
+    deadline = time.monotonic() + 60
+    while True:
+        fut = admin.create_topics([topic], operation_timeout=30)[topic.topic]
+        try:
+            fut.result(timeout=60)
+            return None
+        except KafkaException as exc:
+            err = exc.args[0]
+            retriable = (KafkaError.NOT_CONTROLLER, KafkaError.REQUEST_TIMED_OUT)
+            if err.code() not in retriable or time.monotonic() > deadline:
+                return err
+            time.sleep(0.2)
+
+
+def test_create_topics_with_replica_assignments_and_the_configs_tools_set(cluster):
+    """kafka-topics --create --replica-assignment (librdkafka's 0081 sends it): the
+    topic gets exactly the lists given, in partition order, each led by its first node;
+    bad lists answer INVALID_REPLICA_ASSIGNMENT and create nothing; num_partitions
+    beside lists is INVALID_REQUEST. The configs frameworks set at creation
+    (compression.type, min.insync.replicas, delete.retention.ms, ...) are accepted and
+    reported, an unknown one still refused."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    lists = [[2, 3, 1], [3, 1, 2], [1, 2, 3], [2, 1, 3]]
+    new = NewTopic(
+        "placed",
+        len(lists),  # confluent-kafka's rule; the request carries -1 (lists given)
+        replica_assignment=lists,
+        config={
+            "compression.type": "lz4",
+            "min.insync.replicas": "2",
+            "delete.retention.ms": "900",
+            "unclean.leader.election.enable": "false",
+        },
+    )
+    assert _create(admin, new) is None
+    wait_for(
+        lambda: (
+            {p: reps for p, (_, _, reps) in metadata(kafka_port(cluster, 1), "placed").items()}
+            == dict(enumerate(lists))
+        ),
+        60,
+        lambda: f"placed as given: {metadata(kafka_port(cluster, 1), 'placed')}",
+    )
+    wait_for(
+        lambda: (
+            {p: lead for p, (lead, _, _) in metadata(kafka_port(cluster, 1), "placed").items()}
+            == {p: reps[0] for p, reps in enumerate(lists)}
+        ),
+        60,
+        lambda: f"each led by its first node: {metadata(kafka_port(cluster, 1), 'placed')}",
+    )
+    res = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "placed")])
+    described = next(iter(res.values())).result(timeout=30)
+    assert described["compression.type"].value == "lz4"
+    assert described["min.insync.replicas"].value == "2"
+    assert described["delete.retention.ms"].value == "900"
+
+    for bad in ([[1, 1, 2]], [[1, 2, 9]], [[1, 2, 3], [1, 2]]):
+        err = _create(admin, NewTopic("refused", len(bad), replica_assignment=bad))
+        assert err is not None and err.code() == KafkaError.INVALID_REPLICA_ASSIGNMENT, (bad, err)
+    unknown = _create(admin, NewTopic("refused", 1, 1, config={"dummy.doesntexist": "x"}))
+    assert unknown is not None and unknown.code() == KafkaError.INVALID_CONFIG, unknown
+    assert metadata(kafka_port(cluster, 1), "refused") == {}
+
+    # num_partitions and lists together: Kafka's INVALID_REQUEST (librdkafka refuses to
+    # send it, so the raw request)
+    both = {
+        "topics": [
+            {
+                "name": "both",
+                "num_partitions": 2,
+                "replication_factor": -1,
+                "assignments": [
+                    {"partition_index": 0, "broker_ids": [1, 2, 3]},
+                    {"partition_index": 1, "broker_ids": [2, 3, 1]},
+                ],
+                "configs": [],
+            }
+        ],
+        "timeout_ms": 30000,
+        "validate_only": False,
+    }
+    codes = {
+        n: request(kafka_port(cluster, n), 19, 5, both).topics[0].error_code for n in (1, 2, 3)
+    }
+    # the controller answers INVALID_REQUEST (42), the others NOT_CONTROLLER (41)
+    assert 42 in codes.values() and set(codes.values()) <= {41, 42}, codes
+    assert metadata(kafka_port(cluster, 1), "both") == {}

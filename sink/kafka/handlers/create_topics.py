@@ -6,7 +6,12 @@ Configs: every config given is validated (sink.topics.configs) and stored with t
 topic in one entry (tag "U"), or the topic is refused with INVALID_CONFIG naming the
 reason: an unknown name, a bad value, cleanup.policy=compact; nothing is dropped.
 validate_only checks names, counts and configs and creates nothing. v5+ answers the
-topic's effective configs (with their sources), as Kafka does."""
+topic's effective configs (with their sources), as Kafka does.
+
+Explicit replica lists (`assignments`, kafka-topics --replica-assignment) are checked as
+Kafka's controller does (_assignments_of; then placement's hard rules: known, live nodes
+on distinct hosts) and placed as given with partition groups; one group holds every
+replica, so there only their count matters."""
 
 from __future__ import annotations
 
@@ -30,13 +35,12 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
     return later(_create(ctx, call))
 
 
-def _invalid_counts(t: Any, brokers: int) -> tuple[ErrorCode, str] | None:
+def _invalid_counts(partitions: int, rf: int, brokers: int) -> tuple[ErrorCode, str] | None:
     """Kafka's answer to impossible counts: -1 is "the broker default" (the protocol names
     it from v4; Kafka's controller takes it at every version), 0 and below -1 are refused,
     as is a replication factor above the number of brokers (every node holds every topic)."""
-    if t.num_partitions == 0 or t.num_partitions < -1:
-        return ErrorCode.invalid_partitions, f"num_partitions {t.num_partitions} must be > 0"
-    rf = t.replication_factor
+    if partitions == 0 or partitions < -1:
+        return ErrorCode.invalid_partitions, f"num_partitions {partitions} must be > 0"
     if rf == 0 or rf < -1:
         return ErrorCode.invalid_replication_factor, f"replication_factor {rf} must be > 0"
     if rf > brokers:
@@ -45,6 +49,36 @@ def _invalid_counts(t: Any, brokers: int) -> tuple[ErrorCode, str] | None:
             f"replication_factor {rf} is larger than the {brokers} brokers",
         )
     return None
+
+
+def _assignments_of(t: Any) -> tuple[list[list[int]] | None, tuple[ErrorCode, str] | None]:
+    """The request's explicit replica lists in partition order (kafka-topics
+    --replica-assignment) -> (lists or None, None), or (None, refusal) in Kafka's terms:
+    with lists, num_partitions and replication_factor must be -1 (INVALID_REQUEST);
+    the partitions 0-based and consecutive, no list empty, none naming a node twice,
+    every list as long as the first (INVALID_REPLICA_ASSIGNMENT). Whether the nodes
+    exist, are live and on distinct hosts is placement's check (partition groups)."""
+    if not t.assignments:
+        return None, None
+    if t.num_partitions != -1 or t.replication_factor != -1:
+        return None, (
+            ErrorCode.invalid_request,
+            "Both numPartitions or replicationFactor and replicasAssignments were set. "
+            "Both cannot be used at the same time.",
+        )
+    by_index = {a.partition_index: [int(b) for b in a.broker_ids] for a in t.assignments}
+    bad = ErrorCode.invalid_replica_assignment
+    if len(by_index) != len(t.assignments) or sorted(by_index) != list(range(len(by_index))):
+        return None, (bad, "partitions should be 0-based and consecutive, each given once")
+    lists = [by_index[p] for p in range(len(by_index))]
+    for p, nodes in enumerate(lists):
+        if not nodes:
+            return None, (bad, f"partition {p}: an empty replica list")
+        if len(set(nodes)) != len(nodes):
+            return None, (bad, f"partition {p}: duplicate brokers in {nodes}")
+        if len(nodes) != len(lists[0]):
+            return None, (bad, "all partitions should have the same number of replicas")
+    return lists, None
 
 
 def _configs_of(t: Any) -> tuple[dict[str, str] | None, str | None]:
@@ -80,8 +114,14 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
     admin = ctx.topic_configs
     defaults = admin.topic_defaults if admin is not None else None
     for t in call.req.topics:
-        n = t.num_partitions if t.num_partitions > 0 else ctx.partitions.default_partitions
-        invalid = _invalid_counts(t, len(ctx.brokers))
+        assignments, refused = _assignments_of(t)
+        if assignments is not None:
+            n, rf = len(assignments), len(assignments[0])
+            invalid = _invalid_counts(n, rf, len(ctx.brokers))
+        else:
+            n = t.num_partitions if t.num_partitions > 0 else ctx.partitions.default_partitions
+            rf = t.replication_factor
+            invalid = refused or _invalid_counts(t.num_partitions, rf, len(ctx.brokers))
         configs, config_error = _configs_of(t)
         if not may_create_topic(ctx, call, t.name):
             err, msg, info = ErrorCode.topic_authorization_failed, "CREATE is not allowed", None
@@ -98,14 +138,18 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
             err = ErrorCode.topic_already_exists if exists else ErrorCode.none
             msg, info = None, None
         else:
-            # The replication factor places replicas with partition groups (-1: the
-            # configured default); one group holds every replica otherwise.
-            rf = t.replication_factor
+            # The replication factor (-1: the configured default) or the explicit
+            # lists place replicas with partition groups; one group holds every
+            # replica otherwise.
             if configs:
                 assert admin is not None
-                res = await admin.create_topic(t.name, n, configs, replication_factor=rf)
+                res = await admin.create_topic(
+                    t.name, n, configs, replication_factor=rf, assignments=assignments
+                )
             else:
-                res = await ctx.topics.create_topic(t.name, n, replication_factor=rf)
+                res = await ctx.topics.create_topic(
+                    t.name, n, replication_factor=rf, assignments=assignments
+                )
             err, info = res.error, res.topic
             msg = (
                 None
@@ -158,6 +202,7 @@ API = Api(
     summary=(
         "through the log; on a follower NOT_CONTROLLER (clients send it to controller_id = "
         "leader); configs validated and stored with the topic (INVALID_CONFIG otherwise), "
-        "validate_only; v5+ answers the effective configs"
+        "replica assignments checked and placed as given, validate_only; v5+ answers the "
+        "effective configs"
     ),
 )

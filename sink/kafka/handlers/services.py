@@ -187,7 +187,11 @@ class Producing(Protocol):
 
 class TopicAdmin(Protocol):
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int = -1
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int = -1,
+        assignments: Sequence[Sequence[int]] | None = None,
     ) -> CreateOutcome: ...
     async def ensure_topic(self, name: str) -> tuple[ErrorCode, TopicView | None]: ...
 
@@ -328,6 +332,7 @@ class TopicConfigAdmin(Protocol):
         partitions: int,
         configs: dict[str, str] | None = None,
         replication_factor: int = -1,
+        assignments: Sequence[Sequence[int]] | None = None,
     ) -> CreateOutcome: ...
 
 

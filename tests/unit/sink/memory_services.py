@@ -232,6 +232,7 @@ class MemoryNode:
         partitions: int,
         configs: dict[str, str] | None = None,
         replication_factor: int = -1,
+        assignments: list[list[int]] | None = None,
     ) -> CreateTopicResult:
         if not self.is_leader():
             return CreateTopicResult(ErrorCode.not_controller, None)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from types import SimpleNamespace
+
+import pytest
 
 from sink.lifecycle.producer_expiry import ProducerExpiry
 from sink.state import SinkStateMachine, admin_commands, commands
@@ -228,3 +231,54 @@ def test_describe_producers_lists_live_producer_state():
     node.apply(admin_commands.encode_expire_producers([(42, 10**9)]))
     r = call(node, 61, 0, {"topics": [{"name": "t", "partition_indexes": [0]}]})
     assert r.topics[0].partitions[0].active_producers == ()
+
+
+def test_create_topics_replica_assignments_are_checked_as_kafka_does():
+    from sink.kafka.handlers.create_topics import _assignments_of
+    from sink.kafka.protocol.errors import ErrorCode
+
+    def topic(n, rf, *lists, indexes=None):
+        idx = indexes if indexes is not None else range(len(lists))
+        return SimpleNamespace(
+            num_partitions=n,
+            replication_factor=rf,
+            assignments=[
+                SimpleNamespace(partition_index=i, broker_ids=b)
+                for i, b in zip(idx, lists, strict=True)
+            ],
+        )
+
+    assert _assignments_of(topic(3, 1)) == (None, None)  # no lists: the counts decide
+    assert _assignments_of(topic(-1, -1, [2, 1], [1, 2])) == ([[2, 1], [1, 2]], None)
+    # given out of order: put in partition order
+    assert _assignments_of(topic(-1, -1, [1, 2], [2, 1], indexes=[1, 0]))[0] == [[2, 1], [1, 2]]
+    refusals = {
+        "counts too": topic(2, -1, [1], [2]),
+        "not 0-based": topic(-1, -1, [1], [2], indexes=[1, 2]),
+        "index twice": topic(-1, -1, [1], [2], indexes=[0, 0]),
+        "empty": topic(-1, -1, []),
+        "duplicate": topic(-1, -1, [1, 1]),
+        "uneven": topic(-1, -1, [1, 2], [1]),
+    }
+    codes = {k: _assignments_of(t)[1][0] for k, t in refusals.items()}
+    assert codes.pop("counts too") == ErrorCode.invalid_request
+    assert set(codes.values()) == {ErrorCode.invalid_replica_assignment}, codes
+
+
+def test_the_configs_tools_set_at_creation_are_accepted_and_unknown_ones_refused():
+    from sink.topics.configs import TopicConfigError, builtin_default, validate
+
+    assert validate("compression.type", "lz4") == "lz4"
+    assert validate("min.insync.replicas", "2") == "2"
+    assert validate("unclean.leader.election.enable", "FALSE") == "false"
+    assert validate("min.cleanable.dirty.ratio", "0.5") == "0.5"
+    assert builtin_default("compression.type") == "producer"
+    for name, value in (
+        ("compression.type", "brotli"),
+        ("min.insync.replicas", "0"),
+        ("unclean.leader.election.enable", "maybe"),
+        ("min.cleanable.dirty.ratio", "2"),
+        ("dummy.doesntexist", "x"),
+    ):
+        with pytest.raises(TopicConfigError):
+            validate(name, value)
