@@ -61,12 +61,14 @@ class AdminOps:
         configs: dict[str, str] | None = None,
         replication_factor: int = -1,
         assignments: Sequence[Sequence[int]] | None = None,
+        settle_by: float | None = None,
     ) -> CreateTopicResult:
         """Create a topic through the log (leader only), with its configs (validated
         here and again at apply: INVALID_CONFIG, nothing created, if one is bad).
         replication_factor (-1: the default) and assignments (explicit replica lists,
         one per partition) matter with partition groups only: one group holds every
-        replica otherwise."""
+        replica otherwise. settle_by: a loop time the partition-groups settle wait
+        ends by (the request's timeout)."""
         if not self.valid_topic_name(name):
             return CreateTopicResult(ErrorCode.invalid_topic_exception, None)
         if not 1 <= partitions <= self.options.max_create_partitions:
@@ -75,7 +77,7 @@ class AdminOps:
             return CreateTopicResult(ErrorCode.not_controller, None)
         if self.routing is not None:
             return await self.routing.create_topic(
-                name, partitions, configs, replication_factor, assignments
+                name, partitions, configs, replication_factor, assignments, settle_by
             )
         if configs:
             try:

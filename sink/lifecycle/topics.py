@@ -77,10 +77,12 @@ class TopicLifecycle:
         count: int,
         validate_only: bool,
         assignments: Sequence[Sequence[int]] | None = None,
+        settle_by: float | None = None,
     ) -> tuple[ErrorCode, str | None]:
         """Grow name to count partitions -> (error, message). assignments (the
         request's replica lists) are ignored: every node holds every partition of the
-        one group (with partition groups sink.node.routing honours them)."""
+        one group (with partition groups sink.node.routing honours them); so is
+        settle_by (one group serves a partition once its entry applies)."""
         info = self.fsm.topic(name)
         if not self._is_leader():
             return ErrorCode.not_controller, "not the controller (Raft leader)"

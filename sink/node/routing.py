@@ -84,6 +84,9 @@ class PartitionRouting:
         # places from the count the first left. The apply checks the count again (a
         # new leader, a lagging view), so this only spares needless refusals.
         self._growing = asyncio.Lock()
+        # One topic placed and committed at a time (each placement counts the load of
+        # the topics before it); their settle waits run side by side.
+        self._creating = asyncio.Lock()
 
     # ------------------------------------------------------------------ roles
 
@@ -257,17 +260,38 @@ class PartitionRouting:
         configs: dict[str, str] | None,
         replication_factor: int,
         assignments: Sequence[Sequence[int]] | None = None,
+        settle_by: float | None = None,
     ) -> CreateTopicResult:
         """On the controller leader (the caller checked): place (or check the request's
         replica lists, one per partition, preferred replica first: kafka-topics
         --replica-assignment), then commit the topic with its placement in one
-        controller entry."""
-        svc = self.service
+        controller entry; then wait (bounded, also by settle_by, a loop time) for its
+        partitions to settle. Placement and commit run one creation at a time, so
+        each placement counts the load of the ones before it; the settle waits of
+        several creations overlap."""
         if configs:
             try:
                 configs = validate_all(configs)
             except TopicConfigError:
                 return CreateTopicResult(ErrorCode.invalid_config, None)
+        async with self._creating:
+            result = await self._place_topic(
+                name, partitions, configs, replication_factor, assignments
+            )
+        if result.topic is not None:
+            await self._settle(name, range(partitions), settle_by)
+        return result
+
+    async def _place_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str] | None,
+        replication_factor: int,
+        assignments: Sequence[Sequence[int]] | None,
+    ) -> CreateTopicResult:
+        """The placement and its controller entry (create_topic's first half)."""
+        svc = self.service
         missing = await self.hosts_settled() if self.hosts_settled is not None else []
         hosts = self.hosts()
         # The default is bounded by the hosts, not the nodes: 4 processes on 2 machines
@@ -304,17 +328,18 @@ class PartitionRouting:
                 ErrorCode.not_controller if err == ErrorCode.not_leader_or_follower else err, None
             )
         self.groups.wake()
-        result: Any = res.result
-        if result.topic is not None:
-            await self._settle(name, range(partitions))
-        return result
+        return res.result
 
-    async def _settle(self, name: str, partitions: range) -> None:
-        """Answer a creation once its partitions are served (sink/node/settle.py)."""
-        if self.settle_s <= 0 or not partitions:
+    async def _settle(self, name: str, partitions: range, by: float | None = None) -> None:
+        """Answer a creation once its partitions are served (sink/node/settle.py), or
+        after settle_s, or at `by` (a loop time: the request's own timeout)."""
+        wait_s = self.settle_s
+        if by is not None:
+            wait_s = min(wait_s, by - asyncio.get_running_loop().time())
+        if wait_s <= 0 or not partitions:
             return
         done = await settle.wait_settled(
-            self.groups, self.leaders, self.poller, name, partitions, self.settle_s
+            self.groups, self.leaders, self.poller, name, partitions, wait_s
         )
         if not done:
             log.info(
@@ -332,6 +357,7 @@ class PartitionRouting:
         count: int,
         validate_only: bool,
         assignments: Sequence[Sequence[int]] | None = None,
+        settle_by: float | None = None,
     ) -> tuple[ErrorCode, str | None]:
         """Grow a placed topic to count partitions -> (error, message). On the
         controller leader (else NOT_CONTROLLER, as CreateTopics): the new partitions'
@@ -386,5 +412,5 @@ class PartitionRouting:
                 refused[1] if refused else f"topic {name!r} changed meanwhile to {now} partitions"
             )
         if result.error == ErrorCode.none:
-            await self._settle(name, range(before, count))
+            await self._settle(name, range(before, count), settle_by)
         return result.error, None

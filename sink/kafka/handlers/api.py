@@ -85,6 +85,18 @@ def answered(response: Response) -> asyncio.Future[Response]:
     return fut
 
 
+ANSWER_MARGIN_S = 0.5
+"""An admin request bounded by its own timeout answers this long before it (the wire,
+a loaded loop): the client waits by the same timeout and drops a later answer."""
+
+
+def answer_by(timeout: Any) -> float:
+    """The loop time an admin request with this timeout field (a timedelta, or ms)
+    must be answered by: its timeout less ANSWER_MARGIN_S from now."""
+    s = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout / 1000
+    return asyncio.get_running_loop().time() + max(0.0, s - ANSWER_MARGIN_S)
+
+
 def later(coro: Coroutine[Any, Any, Response]) -> asyncio.Future[Response]:
     """A future of a response that waits (a long poll, a commit, a relay)."""
     return asyncio.get_running_loop().create_task(coro)

@@ -12,12 +12,13 @@ answers TOPIC_AUTHORIZATION_FAILED and is not grown, the others are."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 from kio.schema.create_partitions.v3.request import CreatePartitionsRequest
 
 from sink.kafka.authorize import topic_denied
-from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.api import Api, Call, Response, answer_by, later
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -29,29 +30,34 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
 
 
 async def _create(ctx: HandlerContext, call: Call) -> bytes:
-    out = []
-    seen: set[str] = set()
-    for t in call.req.topics:
-        if t.name in seen:
-            err, msg = ErrorCode.invalid_request, f"topic {t.name!r} named twice"
-        elif topic_denied(ctx, call, Operation.ALTER, t.name):
-            err, msg = ErrorCode.topic_authorization_failed, None
-        elif ctx.lifecycle is None:
-            err, msg = ErrorCode.unsupported_version, "partition creation is not served here"
-        elif t.assignments is None:
-            err, msg = await ctx.lifecycle.create_partitions(
-                t.name, t.count, bool(call.req.validate_only)
-            )
-        else:
-            err, msg = await ctx.lifecycle.create_partitions(
-                t.name,
-                t.count,
-                bool(call.req.validate_only),
-                [[int(b) for b in a.broker_ids] for a in t.assignments],
-            )
-        seen.add(t.name)
-        out.append({"name": t.name, "error_code": err, "error_message": msg})
-    return _encode(call.version, call.corr, out)
+    """Every topic of the request at once (the controller still grows one topic at a
+    time: PartitionRouting's lock); the waits for the new partitions' leaders overlap
+    and end by the request's timeout, which the client waits by too."""
+    names = Counter(t.name for t in call.req.topics)
+    settle_by = answer_by(call.req.timeout)
+    out = await asyncio.gather(
+        *(_grow(ctx, call, t, names[t.name] > 1, settle_by) for t in call.req.topics)
+    )
+    return _encode(call.version, call.corr, list(out))
+
+
+async def _grow(ctx: HandlerContext, call: Call, t: Any, duplicate: bool, settle_by: float) -> dict:
+    if duplicate:
+        err, msg = ErrorCode.invalid_request, f"topic {t.name!r} named twice"
+    elif topic_denied(ctx, call, Operation.ALTER, t.name):
+        err, msg = ErrorCode.topic_authorization_failed, None
+    elif ctx.lifecycle is None:
+        err, msg = ErrorCode.unsupported_version, "partition creation is not served here"
+    else:
+        assignments = (
+            None
+            if t.assignments is None
+            else [[int(b) for b in a.broker_ids] for a in t.assignments]
+        )
+        err, msg = await ctx.lifecycle.create_partitions(
+            t.name, t.count, bool(call.req.validate_only), assignments, settle_by
+        )
+    return {"name": t.name, "error_code": err, "error_message": msg}
 
 
 def _encode(version: int, corr: int, results: list) -> bytes:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from typing import Any
 
 from kio.schema.create_topics.v7.request import CreateTopicsRequest
 
 from sink.kafka.authorize import may_create_topic
-from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.api import Api, Call, Response, answer_by, later
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -110,65 +111,82 @@ def _described(configs: dict[str, str], defaults: TopicDefaults | None) -> list[
 
 
 async def _create(ctx: HandlerContext, call: Call) -> bytes:
-    out = []
+    """Every topic of the request at once (each placement and commit still one at a
+    time, on the controller: PartitionRouting.create_topic): the settle waits overlap
+    and all end by the request's timeout, which a client also waits by (librdkafka
+    gives up on the request a little after it). A name given twice is INVALID_REQUEST
+    for each of its entries, as Kafka answers."""
+    names = Counter(t.name for t in call.req.topics)
+    settle_by = answer_by(call.req.timeout)
+    out = await asyncio.gather(
+        *(_create_one(ctx, call, t, names[t.name] > 1, settle_by) for t in call.req.topics)
+    )
+    return _encode(call.version, call.corr, list(out))
+
+
+async def _create_one(
+    ctx: HandlerContext, call: Call, t: Any, duplicate: bool, settle_by: float
+) -> dict:
     admin = ctx.topic_configs
     defaults = admin.topic_defaults if admin is not None else None
-    for t in call.req.topics:
-        assignments, refused = _assignments_of(t)
-        if assignments is not None:
-            n, rf = len(assignments), len(assignments[0])
-            invalid = _invalid_counts(n, rf, len(ctx.brokers))
-        else:
-            n = t.num_partitions if t.num_partitions > 0 else ctx.partitions.default_partitions
-            rf = t.replication_factor
-            invalid = refused or _invalid_counts(t.num_partitions, rf, len(ctx.brokers))
-        configs, config_error = _configs_of(t)
-        if not may_create_topic(ctx, call, t.name):
-            err, msg, info = ErrorCode.topic_authorization_failed, "CREATE is not allowed", None
-        elif not ctx.controller.is_leader():
-            err, msg, info = ErrorCode.not_controller, "not the controller (Raft leader)", None
-        elif invalid is not None:
-            (err, msg), info = invalid, None
-        elif config_error is not None:
-            err, msg, info = ErrorCode.invalid_config, config_error, None
-        elif configs and admin is None:
-            err, msg, info = ErrorCode.invalid_config, "topic configs are not served here", None
-        elif call.req.validate_only:
-            exists = ctx.partitions.topic(t.name) is not None
-            err = ErrorCode.topic_already_exists if exists else ErrorCode.none
-            msg, info = None, None
-        else:
-            # The replication factor (-1: the configured default) or the explicit
-            # lists place replicas with partition groups; one group holds every
-            # replica otherwise.
-            if configs:
-                assert admin is not None
-                res = await admin.create_topic(
-                    t.name, n, configs, replication_factor=rf, assignments=assignments
-                )
-            else:
-                res = await ctx.topics.create_topic(
-                    t.name, n, replication_factor=rf, assignments=assignments
-                )
-            err, info = res.error, res.topic
-            msg = (
-                None
-                if err == ErrorCode.none
-                else res.message or f"create topic {t.name!r} failed ({err.name})"
+    assignments, refused = _assignments_of(t)
+    if assignments is not None:
+        n, rf = len(assignments), len(assignments[0])
+        invalid = _invalid_counts(n, rf, len(ctx.brokers))
+    else:
+        n = t.num_partitions if t.num_partitions > 0 else ctx.partitions.default_partitions
+        rf = t.replication_factor
+        invalid = refused or _invalid_counts(t.num_partitions, rf, len(ctx.brokers))
+    if duplicate:
+        invalid = ErrorCode.invalid_request, f"topic {t.name!r} is named twice in the request"
+    configs, config_error = _configs_of(t)
+    if not may_create_topic(ctx, call, t.name):
+        err, msg, info = ErrorCode.topic_authorization_failed, "CREATE is not allowed", None
+    elif not ctx.controller.is_leader():
+        err, msg, info = ErrorCode.not_controller, "not the controller (Raft leader)", None
+    elif invalid is not None:
+        (err, msg), info = invalid, None
+    elif config_error is not None:
+        err, msg, info = ErrorCode.invalid_config, config_error, None
+    elif configs and admin is None:
+        err, msg, info = ErrorCode.invalid_config, "topic configs are not served here", None
+    elif call.req.validate_only:
+        exists = ctx.partitions.topic(t.name) is not None
+        err = ErrorCode.topic_already_exists if exists else ErrorCode.none
+        msg, info = None, None
+    else:
+        # The replication factor (-1: the configured default) or the explicit lists
+        # place replicas with partition groups; one group holds every replica otherwise.
+        if configs:
+            assert admin is not None
+            res = await admin.create_topic(
+                t.name,
+                n,
+                configs,
+                replication_factor=rf,
+                assignments=assignments,
+                settle_by=settle_by,
             )
-        ok = err == ErrorCode.none and configs is not None
-        out.append(
-            {
-                "name": t.name,
-                "topic_id": info.topic_id if info is not None else _NO_TOPIC_ID,
-                "error_code": err,
-                "error_message": msg,
-                "num_partitions": info.partitions if info else (-1 if invalid else n),
-                "replication_factor": -1 if invalid else len(ctx.brokers),
-                "configs": _described(configs, defaults) if ok and configs is not None else [],
-            }
+        else:
+            res = await ctx.topics.create_topic(
+                t.name, n, replication_factor=rf, assignments=assignments, settle_by=settle_by
+            )
+        err, info = res.error, res.topic
+        msg = (
+            None
+            if err == ErrorCode.none
+            else res.message or f"create topic {t.name!r} failed ({err.name})"
         )
-    return _encode(call.version, call.corr, out)
+    ok = err == ErrorCode.none and configs is not None
+    return {
+        "name": t.name,
+        "topic_id": info.topic_id if info is not None else _NO_TOPIC_ID,
+        "error_code": err,
+        "error_message": msg,
+        "num_partitions": info.partitions if info else (-1 if invalid else n),
+        "replication_factor": -1 if invalid else len(ctx.brokers),
+        "configs": _described(configs, defaults) if ok and configs is not None else [],
+    }
 
 
 def _encode(version: int, corr: int, topics: list) -> bytes:

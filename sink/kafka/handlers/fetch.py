@@ -182,9 +182,9 @@ def _collect(
             pieces: list = []
             size = 0
             if total < budget or total == 0:
-                limit = (
-                    min(fp.partition_max_bytes, budget - total) if total else fp.partition_max_bytes
-                )
+                # Both limits bind every partition, the first too (its first batch
+                # alone may cross them: _within).
+                limit = min(fp.partition_max_bytes, budget - total)
                 try:
                     batches = fsm.read_parts(name, idx, fp.fetch_offset, max(limit, 1))
                 except OffsetOutOfRange:
@@ -212,7 +212,7 @@ def _collect(
                         continue
                     size = sum(len(p) for p in pieces)
                 else:
-                    for _base, prefix, rest in batches:
+                    for _base, prefix, rest in _within(batches, limit, first=total == 0):
                         pieces.append(prefix)
                         pieces.append(rest)
                         size += len(prefix) + len(rest)
@@ -223,6 +223,24 @@ def _collect(
             total += size
             parts.append(FetchPartition(idx, ErrorCode.none, hw, start, pieces, size))
     return topics, total, any_error
+
+
+def _within(batches: list, limit: int, first: bool) -> list:
+    """The batches that fit in limit bytes, whole, in order (KIP-74, Kafka's log read):
+    only the response's first data (first) may exceed it, by its first batch alone, so
+    a batch larger than every limit still makes progress. The store's read stops once
+    it reached the limit, so its last batch may cross it: a client sizes its receive
+    buffer from fetch.max.bytes (librdkafka: at least 512 bytes more) and drops a
+    larger answer ("Invalid response size")."""
+    out = []
+    used = 0
+    for b in batches:
+        n = len(b[1]) + len(b[2])
+        if used + n > limit and not (first and not out):
+            break
+        out.append(b)
+        used += n
+    return out
 
 
 def _down_converted(

@@ -192,6 +192,7 @@ class TopicAdmin(Protocol):
         partitions: int,
         replication_factor: int = -1,
         assignments: Sequence[Sequence[int]] | None = None,
+        settle_by: float | None = None,
     ) -> CreateOutcome: ...
     async def ensure_topic(self, name: str) -> tuple[ErrorCode, TopicView | None]: ...
 
@@ -281,9 +282,10 @@ class TopicLifecycleAdmin(Protocol):
         count: int,
         validate_only: bool,
         assignments: Sequence[Sequence[int]] | None = None,
+        settle_by: float | None = None,
     ) -> tuple[ErrorCode, str | None]:
         """assignments: the request's replica lists of the new partitions (None: none
-        given)."""
+        given); settle_by: a loop time the wait for the new partitions' leaders ends by."""
         ...
 
     async def delete_records(
@@ -333,6 +335,7 @@ class TopicConfigAdmin(Protocol):
         configs: dict[str, str] | None = None,
         replication_factor: int = -1,
         assignments: Sequence[Sequence[int]] | None = None,
+        settle_by: float | None = None,
     ) -> CreateOutcome: ...
 
 

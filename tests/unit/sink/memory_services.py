@@ -233,6 +233,7 @@ class MemoryNode:
         configs: dict[str, str] | None = None,
         replication_factor: int = -1,
         assignments: list[list[int]] | None = None,
+        settle_by: float | None = None,
     ) -> CreateTopicResult:
         if not self.is_leader():
             return CreateTopicResult(ErrorCode.not_controller, None)

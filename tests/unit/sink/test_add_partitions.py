@@ -459,7 +459,7 @@ def test_the_handler_passes_the_requests_assignments_on():
     node = MemoryNode()
     seen: list[tuple] = []
 
-    async def create_partitions(name, count, validate_only, assignments=None):
+    async def create_partitions(name, count, validate_only, assignments=None, settle_by=None):
         seen.append((name, count, validate_only, assignments))
         return ErrorCode.none, None
 

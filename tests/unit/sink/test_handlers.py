@@ -266,3 +266,54 @@ def test_zstd_needs_produce_v7_and_fetch_v10():
     assert (int(old.error_code), old.records) == (76, b"")
     new = call(node, 1, 10, fetch).responses[0].partitions[0]
     assert int(new.error_code) == 0 and new.records
+
+
+def test_fetch_answers_whole_batches_within_max_bytes_and_partition_max_bytes():
+    """KIP-74 as Kafka's log read: both limits bind every partition (the first too), a
+    batch that does not fit whole is left for the next Fetch, and only the response's
+    first data may cross a limit, by its first batch alone (progress). librdkafka drops
+    an answer larger than fetch.max.bytes + 512 (its 0082 test: two 900 KiB batches of
+    one partition under fetch.max.bytes=1000000 were answered together)."""
+    node = MemoryNode()
+    batch = make_batch([b"x" * 600])
+    for topic in ("t", "u"):
+        for _ in range(3):
+            r = call(node, 0, 9, produce_values(batch, topic=topic))
+            assert int(r.responses[0].partition_responses[0].error_code) == 0
+
+    def fetch(max_bytes: int, partition_max: int) -> dict[str, int]:
+        values = request_values(1) | {"max_wait": 0, "max_bytes": max_bytes}
+        values["topics"] = [
+            {
+                "topic": name,
+                "topic_id": uuid.UUID(int=0),
+                "partitions": [
+                    values["topics"][0]["partitions"][0] | {"partition_max_bytes": partition_max}
+                ],
+            }
+            for name in ("t", "u")
+        ]
+        resp = call(node, 1, 12, values)
+        out = {}
+        for t in resp.responses:
+            (p,) = t.partitions
+            assert int(p.error_code) == 0
+            out[t.topic] = len(p.records)
+        return out
+
+    n = len(batch)
+    assert fetch(1 << 20, 1 << 20) == {"t": 3 * n, "u": 3 * n}
+    assert fetch(2 * n + 10, 1 << 20) == {"t": 2 * n, "u": 0}  # never past max_bytes
+    assert fetch(1 << 20, n + 10) == {"t": n, "u": n}  # each partition's own limit
+    assert fetch(10, 1 << 20) == {"t": n, "u": 0}  # the first batch alone crosses it
+    assert fetch(1 << 20, 10) == {"t": n, "u": 0}  # ... either limit
+
+
+def test_create_topics_answers_a_name_given_twice_invalid_request_and_creates_the_rest():
+    node = MemoryNode()
+    values = request_values(19)
+    one = values["topics"][0]
+    values["topics"] = [one, one | {"name": "other"}, one]
+    answers = [(t.name, int(t.error_code)) for t in call(node, 19, 5, values).topics]
+    assert answers == [("t", 42), ("other", 0), ("t", 42)]  # in the request's order
+    assert node.fsm.topic("t") is None and node.fsm.topic("other") is not None
