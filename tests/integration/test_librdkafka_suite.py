@@ -39,6 +39,8 @@ RUN = {
     "0030": "offset_commit: sync/async/auto commits read back with committed()",
     "0050": "subscribe_adds: subscription grows; rebalance picks up new topics",
     "0056": "balanced_group_mt: group consumer polled from several threads",
+    "0069": "consumer_add_parts: partitions added (CreatePartitions) under a subscription",
+    "0082": "fetch_max_bytes: fetch.max.bytes below max.partition.fetch.bytes, 900 KiB records",
     "0099": "commit_metadata: commit metadata stored and returned",
     "0118": "commit_rebalance: commits from the rebalance callback",
     "0122": "buffer_cleaning_after_rebalance: no stale messages after a rebalance",
@@ -49,7 +51,6 @@ RUN = {
 # test number -> why it does not run here
 SKIP = {
     "0045": "subscribe_update: deletes topics (DeleteTopics, issue 14) and uses the mock broker",
-    "0069": "consumer_add_parts: adds partitions (CreatePartitions, issue 14)",
     "0089": "max_poll_interval: waits out max.poll.interval.ms several times (minutes)",
     "0102": "static_group_rebalance: waits out session timeouts; its mock part needs no broker",
     "0113": "cooperative_rebalance: about 30 sub-tests, many on the mock broker, "

@@ -71,21 +71,27 @@ def grow(
     """CreatePartitions -> None (done) or the Kafka error; retried while the controller
     moves (NOT_CONTROLLER; a timeout's outcome is unknown, so after one the topic may
     already have the count, which the caller's later checks see)."""
+    new = NewPartitions(topic, count, assignments) if assignments else NewPartitions(topic, count)
+    return _admin_call(
+        lambda: admin.create_partitions([new], validate_only=validate_only)[topic],
+        f"create_partitions {topic} -> {count}",
+    )
+
+
+def _admin_call(send, what: str) -> KafkaError | None:
+    """One admin request's future (send() makes a new one) -> None (done) or the Kafka
+    error; sent again while the controller moves (NOT_CONTROLLER, REQUEST_TIMED_OUT)."""
     deadline = time.monotonic() + 60
     while True:
-        new = (
-            NewPartitions(topic, count, assignments) if assignments else NewPartitions(topic, count)
-        )
-        fut = admin.create_partitions([new], validate_only=validate_only)[topic]
         try:
-            fut.result(timeout=60)
+            send().result(timeout=60)
             return None
         except KafkaException as exc:
             err = exc.args[0]
             retriable = (KafkaError.NOT_CONTROLLER, KafkaError.REQUEST_TIMED_OUT)
             if err.code() not in retriable or time.monotonic() > deadline:
                 return err
-            print(f"create_partitions {topic} -> {count}: {err}; retrying")
+            print(f"{what}: {err}; retrying")
             time.sleep(0.2)
 
 
@@ -199,18 +205,10 @@ def test_grow_a_placed_topic_from_3_to_6_partitions_and_use_them(cluster):
 def _create(admin: AdminClient, topic) -> KafkaError | None:
     """CreateTopics of one NewTopic -> None (created) or the Kafka error; retried while
     the controller moves."""
-    deadline = time.monotonic() + 60
-    while True:
-        fut = admin.create_topics([topic], operation_timeout=30)[topic.topic]
-        try:
-            fut.result(timeout=60)
-            return None
-        except KafkaException as exc:
-            err = exc.args[0]
-            retriable = (KafkaError.NOT_CONTROLLER, KafkaError.REQUEST_TIMED_OUT)
-            if err.code() not in retriable or time.monotonic() > deadline:
-                return err
-            time.sleep(0.2)
+    return _admin_call(
+        lambda: admin.create_topics([topic], operation_timeout=30)[topic.topic],
+        f"create_topics {topic.topic}",
+    )
 
 
 def test_create_topics_with_replica_assignments_and_the_configs_tools_set(cluster):
