@@ -178,13 +178,21 @@ async def _create_one(
             else res.message or f"create topic {t.name!r} failed ({err.name})"
         )
     ok = err == ErrorCode.none and configs is not None
+    if invalid is not None:
+        replicas = -1
+    elif ok and info is not None and not call.req.validate_only:
+        # what was placed (partition groups: the topic's replication factor; one
+        # group: every node)
+        replicas = len(ctx.role(t.name, 0).replicas) or len(ctx.brokers)
+    else:
+        replicas = rf if rf > 0 else len(ctx.brokers)
     return {
         "name": t.name,
         "topic_id": info.topic_id if info is not None else _NO_TOPIC_ID,
         "error_code": err,
         "error_message": msg,
         "num_partitions": info.partitions if info else (-1 if invalid else n),
-        "replication_factor": -1 if invalid else len(ctx.brokers),
+        "replication_factor": replicas,
         "configs": _described(configs, defaults) if ok and configs is not None else [],
     }
 
