@@ -154,6 +154,17 @@ def _ratio(v: str) -> float:
     return x
 
 
+def _message_format(v: str) -> str:
+    parts = v.strip().split("-", 1)
+    nums = parts[0].split(".")
+    iv = parts[1] if len(parts) == 2 else "IV0"
+    if not (2 <= len(nums) <= 3 and all(n.isdigit() for n in nums)) or not (
+        iv.startswith("IV") and iv[2:].isdigit()
+    ):
+        raise TopicConfigError(f"{v!r} is not a Kafka version (like 2.8 or 0.10.0-IV1)")
+    return v.strip()
+
+
 def _cleanup_policy(v: str) -> str:
     items = [s.strip() for s in v.split(",") if s.strip()]
     if not items:
@@ -387,6 +398,17 @@ DEFS: dict[str, TopicConfigDef] = {
             "delay before a removed segment's file is deleted",
             "no effect",
             fixed_default="60000",
+        ),
+        TopicConfigDef(
+            "message.format.version",
+            "log.message.format.version",
+            "",
+            ConfigType.STRING,
+            _message_format,
+            "the record format Kafka's broker once converted to",
+            "no effect, as in Kafka 3.x (ignored from 3.0, removed in 4.0): batches are kept "
+            "as produced and down-converted for old Fetch versions only",
+            fixed_default="3.0-IV1",
         ),
         TopicConfigDef(
             "preallocate",

@@ -272,12 +272,14 @@ def test_the_configs_tools_set_at_creation_are_accepted_and_unknown_ones_refused
     assert validate("min.insync.replicas", "2") == "2"
     assert validate("unclean.leader.election.enable", "FALSE") == "false"
     assert validate("min.cleanable.dirty.ratio", "0.5") == "0.5"
+    assert validate("message.format.version", "0.10.0-IV1") == "0.10.0-IV1"
     assert builtin_default("compression.type") == "producer"
     for name, value in (
         ("compression.type", "brotli"),
         ("min.insync.replicas", "0"),
         ("unclean.leader.election.enable", "maybe"),
         ("min.cleanable.dirty.ratio", "2"),
+        ("message.format.version", "latest"),
         ("dummy.doesntexist", "x"),
     ):
         with pytest.raises(TopicConfigError):
