@@ -158,7 +158,7 @@ def _message_format(v: str) -> str:
     parts = v.strip().split("-", 1)
     nums = parts[0].split(".")
     iv = parts[1] if len(parts) == 2 else "IV0"
-    if not (2 <= len(nums) <= 3 and all(n.isdigit() for n in nums)) or not (
+    if not (2 <= len(nums) <= 4 and all(n.isdigit() for n in nums)) or not (
         iv.startswith("IV") and iv[2:].isdigit()
     ):
         raise TopicConfigError(f"{v!r} is not a Kafka version (like 2.8 or 0.10.0-IV1)")

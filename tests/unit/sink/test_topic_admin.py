@@ -273,6 +273,7 @@ def test_the_configs_tools_set_at_creation_are_accepted_and_unknown_ones_refused
     assert validate("unclean.leader.election.enable", "FALSE") == "false"
     assert validate("min.cleanable.dirty.ratio", "0.5") == "0.5"
     assert validate("message.format.version", "0.10.0-IV1") == "0.10.0-IV1"
+    assert validate("message.format.version", "0.10.0.0") == "0.10.0.0"
     assert builtin_default("compression.type") == "producer"
     for name, value in (
         ("compression.type", "brotli"),
