@@ -7,7 +7,18 @@ property tests check is behaviour, and their wall time is bounded by their examp
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# gRPC core's fork support off in the test processes (read once, before anything here
+# imports grpc). With it on, a fork from a pytest worker whose earlier tests left gRPC
+# threads running ran gRPC's fork handlers half-way ("Other threads are currently
+# calling into gRPC, skipping fork() handlers", then "epoll_wait error: Bad file
+# descriptor"), and the JVM pyspark forks for its gateway exited before it started
+# (JAVA_GATEWAY_EXITED, twice in CI, sessions 24 and 25). No process a test starts
+# uses gRPC across a fork: they exec a new program.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 try:
     from hypothesis import settings

@@ -44,9 +44,10 @@ def spark_env() -> None:
 
 def new_session(app: str):
     spark_env()
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         # local[N,F]: F attempts per task. Plain local[N] fails the query at a task's first
         # failure, e.g. a Python worker that a loaded machine did not start within Spark's
         # connect-back timeout; a retried task re-reads the same offset range (exactly once).
@@ -56,8 +57,16 @@ def new_session(app: str):
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.streaming.fileSink.log.compactInterval", "4")
-        .getOrCreate()
     )
+    try:
+        spark = builder.getOrCreate()
+    except PySparkRuntimeError as exc:
+        # The JVM gateway exiting at its start is the test machine's (tests/conftest.py,
+        # GRPC_ENABLE_FORK_SUPPORT), not the source's: one more start, said aloud.
+        if "JAVA_GATEWAY_EXITED" not in str(exc):
+            raise
+        print(f"Spark's JVM gateway exited at its start ({exc}); starting it once more")
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     from connectors.spark import register
 
