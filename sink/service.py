@@ -282,7 +282,7 @@ class SinkService(AdminOps):
             lead if lead >= 0 else self.leader_hint(),
             term,
             replicas,
-            node.in_sync_voters(),
+            node.in_sync_voters(voters),
             (),
             leads,
             leads and self.fsm.leader_term == term and node.leads_current(),

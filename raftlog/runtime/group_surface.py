@@ -9,6 +9,8 @@ the runtime; these methods are the stable view of them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from raftlog.core import Role
 from raftlog.entry import LogEntry
 from raftlog.storage import LogRangeError
@@ -76,7 +78,7 @@ class GroupReadSurface:
         m = core_.membership
         return {"voters": sorted(m.voters), "learners": sorted(m.learners)}
 
-    def in_sync_voters(self) -> tuple[int, ...]:
+    def in_sync_voters(self, voters: Sequence[int] | None = None) -> tuple[int, ...]:
         """The voters this node counts in sync (sorted; Kafka's ISR): every voter but
         those the host declares down (RaftHost.peers_down: silent for the node-liveness
         limit, or its stream broken). This node itself is always in. Time-based like
@@ -84,8 +86,10 @@ class GroupReadSurface:
         behind under load is in sync, a dead one drops out after the silence limit
         (seconds) and returns with its first message. Node liveness, not the group's
         own acknowledgements, so a quiesced group (no heartbeats) keeps its live
-        voters. Empty while the group is still opening."""
-        voters = self.membership()["voters"]
+        voters. Empty while the group is still opening. voters: membership()'s, when the
+        caller read them already (a Produce's role per partition)."""
+        if voters is None:
+            voters = self.membership()["voters"]
         down = self.host.peers_down()
         if not down:
             return tuple(voters)

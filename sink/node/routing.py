@@ -168,7 +168,7 @@ class PartitionRouting:
             hint,
             term,
             replicas,
-            group.in_sync_voters(),
+            group.in_sync_voters(voters),
             (),
             leads,
             leads and serves and h.fsm.leader_term == term and group.leads_current(),

@@ -259,7 +259,7 @@ class _OneGroupNode(SimpleNamespace):
     def membership(self) -> dict[str, list[int]]:
         return {"voters": [1, 2, 3], "learners": [4]}
 
-    def in_sync_voters(self) -> tuple[int, ...]:
+    def in_sync_voters(self, voters=None) -> tuple[int, ...]:
         return (1, 3)  # node 2 declared down by this node's host
 
 

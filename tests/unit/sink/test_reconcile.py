@@ -232,7 +232,7 @@ class _Group:
     def membership(self) -> dict[str, list[int]]:
         return {"voters": list(self.voters), "learners": []}
 
-    def in_sync_voters(self) -> tuple[int, ...]:
+    def in_sync_voters(self, voters=None) -> tuple[int, ...]:
         return tuple(v for v in self.voters if v not in self.down)
 
 
