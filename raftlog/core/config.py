@@ -59,6 +59,17 @@ class RaftConfig:
     heartbeat_tick: int = 1
     """A leader sends heartbeats every this many ticks; must be < election_tick.
     Heartbeats also carry the commit index to idle followers."""
+    beats_yield_to_appends: bool = True
+    """A heartbeat round leaves out a follower in REPLICATE that was sent an
+    AppendEntries since the previous round (a heartbeat is an empty append, Raft
+    5.2): the append already reset its election timer, its answer marks it active
+    for CheckQuorum as a heartbeat's would, and it carried the commit index up to
+    its entries. Never left out: a round that confirms a read (context), a quiesce
+    beat, a round during a leadership transfer, a follower whose inflight window
+    is full (a heartbeat answer frees it) or that is probing. A commit that
+    advanced after the last append reaches such a follower with the next append,
+    or with the next round (no append since): at most one more heartbeat interval
+    late. False: every round beats every follower (etcd's behaviour)."""
     pre_vote: bool = True
     """Run a pre-election (Raft thesis 9.6) before incrementing the term: a node
     that cannot win (e.g. partitioned away) does not disrupt the leader by

@@ -79,13 +79,13 @@ class LeaderSide:
         if pr is None:
             return
         if t is MsgType.APPEND_RESP:
-            pr.recent_active = True
+            pr.recent_active = pr.answered = True
             self._handle_append_resp(m, pr)  # type: ignore[arg-type]
         elif t is MsgType.HEARTBEAT_RESP:
-            pr.recent_active = True
+            pr.recent_active = pr.answered = True
             self._handle_heartbeat_resp(m, pr)  # type: ignore[arg-type]
         elif t is MsgType.SNAPSHOT_RESP:
-            pr.recent_active = True
+            pr.recent_active = pr.answered = True
             assert isinstance(m, InstallSnapshotResponse)
             if pr.state is ProgressState.SNAPSHOT and m.index == pr.pending_snapshot:
                 pr.snap_offset = m.next_offset
@@ -167,10 +167,30 @@ class LeaderSide:
 
     def _bcast_heartbeat(self, quiesce: bool = False) -> None:
         ctx = self._reads[-1].seq if self._reads else 0
+        # Invariant: a follower left out of this round answered during the last
+        # heartbeat interval and was sent an append in it that told it at least the
+        # commit this beat would: it heard from this leader (if at all) no less
+        # recently, and knows no less, than the beat would have made it. One that did
+        # not answer gets the beat, whose answer repairs lost appends
+        # (RaftConfig.beats_yield_to_appends).
+        yields = (
+            self.cfg.beats_yield_to_appends and not quiesce and not ctx and not self.lead_transferee
+        )
         for pid in sorted(self.progress):
             if pid == self.id:
                 continue
-            commit = min(self.progress[pid].match, self.log.committed)
+            pr = self.progress[pid]
+            commit = min(pr.match, self.log.committed)
+            told, pr.appended_commit = pr.appended_commit, -1
+            answered, pr.answered = pr.answered, False
+            if (
+                yields
+                and answered
+                and told >= commit
+                and pr.state is ProgressState.REPLICATE
+                and not pr.inflights.full()
+            ):
+                continue
             self._send(
                 Heartbeat(
                     src=self.id,
@@ -209,6 +229,7 @@ class LeaderSide:
                 )
             )
             pr.sent_entries(ents[-1].index if ents else None, sum(entry_size(e) for e in ents))
+            pr.appended_commit = min(log.committed, prev + len(ents))
             sent = True
             if pr.state is not ProgressState.REPLICATE or pr.next > last:
                 return

@@ -74,6 +74,13 @@ class Progress:
     """PROBE only: an append is outstanding; wait for its answer (or a heartbeat answer)."""
     recent_active: bool = False
     """Heard from since the last CheckQuorum round."""
+    answered: bool = False
+    """Heard from since the leader's last heartbeat round (RaftConfig.beats_yield_to_appends)."""
+    appended_commit: int = -1
+    """The commit index the newest AppendEntries sent to this follower since the
+    leader's last heartbeat round told it (min of the leader's commit and the append's
+    last index, what the follower commits on it); -1: none since that round
+    (RaftConfig.beats_yield_to_appends)."""
     pending_snapshot: int = 0
     """SNAPSHOT only: index of the snapshot being sent."""
     snap_offset: int = 0

@@ -214,6 +214,7 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
             incarnations={} if self._join else self._incarnations,
             election_tick=opts.election_ticks,
             heartbeat_tick=opts.heartbeat_ticks,
+            beats_yield_to_appends=opts.beats_yield_to_appends,
             max_msg_bytes=opts.max_append_bytes,
             max_inflight_msgs=opts.max_inflight_msgs,
             max_inflight_bytes=opts.max_inflight_bytes,

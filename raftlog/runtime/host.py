@@ -86,6 +86,9 @@ class HostStats:
     ticks: int = 0
     ticks_skipped: int = 0
     """Ticks not run because the loop fell behind by more than one tick."""
+    tick_wakes: int = 0
+    """Wake-ups of the tick loop (fewer than ticks while the host is idle:
+    HostOptions.idle_wakes_on_beat_ticks)."""
     beats_messages_sent: int = 0
     """Coalesced messages sent (Beats + BeatsResponse)."""
     beat_rows_sent: int = 0
@@ -141,6 +144,9 @@ class RaftHost(HostBeats, HostLiveness, HostTicks):
         self.last_tick_at = time.monotonic()
         """When the tick loop last finished a tick (time.monotonic()): a leader's claims
         are only as fresh as its last tick (ticks_current)."""
+        self._tick_slack_s = 0.0
+        """Seconds the tick loop sleeps beyond one tick on purpose now (an idle host
+        wakes on beat ticks only; HostTicks._idle_span)."""
         self._identities: dict[str, IdentityFile] = {}
         # Quiescence needs the coalesced Beats: the node beat and the flag ride there.
         self.quiescence_on = self.options.quiesce and self.options.coalesce_heartbeats
@@ -332,6 +338,7 @@ class RaftHost(HostBeats, HostLiveness, HostTicks):
             "groups": len(self.groups),
             "ticks": self.stats.ticks,
             "ticks_skipped": self.stats.ticks_skipped,
+            "tick_wakes": self.stats.tick_wakes,
             "beats_messages_sent": self.stats.beats_messages_sent,
             "beat_rows_sent": self.stats.beat_rows_sent,
             "unknown_group_beats": self.stats.unknown_group_beats,

@@ -57,13 +57,37 @@ class HostTicks:
 
     # -------------------------------------------------------------- loops
 
+    def _idle_span(self) -> int:
+        """Ticks until the loop must wake next: 1, or while no group ticks (and
+        HostOptions.idle_wakes_on_beat_ticks), up to the next beat tick. Nothing
+        between two beat ticks needs a wake-up then: held beats and deferred answers
+        leave on beat ticks, node beats go on beat ticks, and node liveness is
+        counted in ticks, which the wake runs back to back."""
+        k = self.options.beat_ticks
+        if k == 1 or self._ticking or not self.options.idle_wakes_on_beat_ticks:
+            return 1
+        return k - self.stats.ticks % k
+
     async def _ticker(self) -> None:
         interval = self.options.tick_ms / 1000
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while True:
-            next_at += interval
+            span = self._idle_span()
+            # A leader's claims stay as fresh as planned while the loop sleeps on
+            # purpose (ticks_current): an idle host's groups are all quiesced, and
+            # their followers do not time out (node liveness wakes them).
+            self._tick_slack_s = (span - 1) * interval
+            next_at += span * interval
             await asyncio.sleep(max(0.0, next_at - loop.time()))
+            self._tick_slack_s = 0.0
+            self.stats.tick_wakes += 1
+            for _ in range(span - 1):
+                # The planned ticks before this one: host-level only (no group was
+                # ticking when the sleep began; one that woke since ticks from now).
+                self.stats.ticks += 1
+                if self.quiescence_on:
+                    self._node_beats()
             behind = loop.time() - next_at
             skipped = 0
             if behind > interval:
@@ -112,7 +136,7 @@ class HostTicks:
         before its timers after a stall, so without this check such a leader answered
         with a high watermark below one its successor had already answered (chaos, 5
         nodes, pause: `hw_backwards`)."""
-        return time.monotonic() - self.last_tick_at <= max_gap_s
+        return time.monotonic() - self.last_tick_at <= max_gap_s + self._tick_slack_s
 
     def _tick_groups(self, skipped: int) -> None:
         """Tick every group that is not quiesced; at most campaigns_per_tick of

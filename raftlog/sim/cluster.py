@@ -144,6 +144,7 @@ class SimCluster(SimNetwork, SimBeats, SimLifecycle, SimStorageLoss):
                         else {}
                     ),
                     quiesce_ticks=params.quiesce_ticks,
+                    beats_yield_to_appends=params.beats_yield_to_appends,
                 )
                 grp.nodes[i] = SimNode(i, cfg, gid=g)
             self.gs.append(grp)

@@ -65,6 +65,9 @@ class SimParams:
     """Node liveness: silence limit S in ticks (drawn in [S, 1.5 S]); a broken stream
     counts after election_tick silent ticks."""
     node_beat_ticks: int = 2
+    beats_yield_to_appends: bool = True
+    """RaftConfig.beats_yield_to_appends (False: every heartbeat round beats every
+    follower; the regression seeds recorded before it existed replay with False)."""
 
 
 @dataclass

@@ -42,7 +42,7 @@ class MemberWatch:
         brokers: dict[int, tuple[str, int]],
         initial: dict[int, MemberAddress],
         kafka_servers: Callable[[], list[Any]],
-        interval_s: float = 0.1,
+        interval_s: float = 0.5,
         grace_s: float = 1.0,
     ) -> None:
         """brokers: the dict the main Kafka listener advertises (updated in place)."""

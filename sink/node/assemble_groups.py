@@ -62,7 +62,7 @@ class GroupsWiring:
             cfg.data_dir,
             HostOptions(
                 tick_ms=opts.tick_ms,
-                housekeeping_s=min(0.1, opts.proposal_timeout_s / 4),
+                housekeeping_s=min(0.25, opts.proposal_timeout_s / 4),
                 quiesce=opts.quiesce_ticks > 0,  # node beats only where groups quiesce
                 beat_ticks=opts.heartbeat_ticks,
                 storage=opts.storage,

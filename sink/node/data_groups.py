@@ -100,7 +100,7 @@ class DataGroups:
         options: NodeOptions,
         defaults: TopicDefaults,
         retention_interval_s: float,
-        interval_s: float = 0.2,
+        interval_s: float = 1.0,
         propose_timeout_s: float = 10.0,
         max_entries: int = 0,
         hard_max_entries: int = 0,

@@ -204,7 +204,7 @@ def test_leader_counts_itself_only_after_on_persisted():
 
 
 def test_probe_backs_off_to_the_followers_last_index():
-    c = Cluster((1, 2, 3))
+    c = Cluster((1, 2, 3), beats_yield_to_appends=False)
     c.elect(1)
     c.isolate(3)
     for k in range(20):
@@ -244,7 +244,7 @@ def test_pipelined_appends_are_bounded_by_count_and_bytes():
 
 
 def test_heartbeat_carries_min_of_match_and_commit():
-    c = Cluster((1, 2, 3))
+    c = Cluster((1, 2, 3), beats_yield_to_appends=False)
     c.elect(1)
     c.isolate(3)
     c.propose(1, b"a")
@@ -257,7 +257,7 @@ def test_heartbeat_carries_min_of_match_and_commit():
 
 
 def test_lost_append_is_repaired_via_heartbeat_response():
-    c = Cluster((1, 2, 3))
+    c = Cluster((1, 2, 3), beats_yield_to_appends=False)
     c.elect(1)
     c.drop(dst=3, type=MsgType.APPEND)
     c.propose(1, b"a")
@@ -265,6 +265,64 @@ def test_lost_append_is_repaired_via_heartbeat_response():
     assert c.node(3).log.last_index() == 1
     c.heal()
     c.tick_all(1)
+    assert c.peers[3].log() == c.peers[1].log()
+
+
+def _beats_of_round(c: Cluster, leader: int) -> list[int]:
+    """Tick the leader once (heartbeat_tick 1: a round) -> the followers it beats."""
+    c.node(leader).tick()
+    return sorted(m.dst for m in c.peers[leader].process_ready() if isinstance(m, Heartbeat))
+
+
+@pytest.mark.parametrize("yields", [True, False])
+def test_a_busy_follower_s_append_stands_in_for_its_beat(yields):
+    c = Cluster((1, 2, 3), beats_yield_to_appends=yields)
+    c.elect(1)
+    c.drop(src=3)  # from here node 3's answers are lost
+    c.tick_all(1)  # a round: what counts as answered starts over
+    c.propose(1, b"a")  # node 2 answers, "a" commits (index 2)
+    n1 = c.node(1)
+    n1.propose(b"b")
+    sent = c.peers[1].process_ready()  # the appends of "b" (telling commit 2), in flight
+    assert {m.dst: m.commit for m in sent if m.type is MsgType.APPEND} == {2: 2, 3: 2}
+    # Node 2 answered since the last round and its append told the commit a beat would
+    # (min(match 2, commit 2)); node 3 did not answer: only it gets the beat.
+    assert _beats_of_round(c, 1) == ([3] if yields else [2, 3])
+    # The next round, no append since: a beat for everyone (it carries the commit).
+    assert _beats_of_round(c, 1) == [2, 3]
+
+
+def test_a_beat_still_goes_when_the_commit_moved_past_what_the_append_told():
+    c = Cluster((1, 2, 3))
+    c.elect(1)
+    c.propose(1, b"a")  # the append told commit 1; "a" committed (2) after it was sent
+    assert _beats_of_round(c, 1) == [2, 3]
+
+
+def test_a_round_that_confirms_a_read_beats_every_follower():
+    c = Cluster((1, 2, 3))
+    c.elect(1)
+    c.propose(1, b"a")
+    n1 = c.node(1)
+    n1.propose(b"b")
+    c.peers[1].process_ready()  # appends in flight, each telling the current commit
+    n1.read_index(b"r")
+    beats = [m for m in c.peers[1].process_ready() if isinstance(m, Heartbeat)]
+    assert sorted(m.dst for m in beats) == [2, 3] and all(m.context for m in beats)
+
+
+def test_with_beats_yielding_a_lost_append_is_repaired_a_round_later():
+    c = Cluster((1, 2, 3))
+    c.elect(1)
+    c.drop(dst=3, type=MsgType.APPEND)
+    c.propose(1, b"a")
+    c.propose(1, b"b")
+    assert c.node(3).log.last_index() == 1
+    c.heal()
+    # Round 1 may leave node 3 out (it answered the no-op since the last round and the
+    # lost append told it the commit); round 2 beats it (no answer since), and the
+    # beat's answer makes the leader probe and repair.
+    c.tick_all(2)
     assert c.peers[3].log() == c.peers[1].log()
 
 

@@ -27,11 +27,12 @@ def run(coro):
 
 
 class Cluster:
-    def __init__(self, base: str, quiesce: bool = True) -> None:
+    def __init__(self, base: str, quiesce: bool = True, beat_ticks: int = 1) -> None:
         self.base = base
         self.net = LocalNetwork()
         self.hosts: dict[int, RaftHost] = {}
         self.quiesce = quiesce
+        self.beat_ticks = beat_ticks
 
     async def start(self) -> None:
         for i in IDS:
@@ -46,6 +47,7 @@ class Cluster:
                     # silence only: LocalNetwork reports no broken stream)
                     liveness_silence_ms=OPTS.tick_ms * T,
                     node_beat_ticks=2,  # 10 node beats per silence limit
+                    beat_ticks=self.beat_ticks,
                 ),
             )
             await host.start()
@@ -108,6 +110,55 @@ def test_idle_groups_quiesce_then_only_node_beats_flow(tmp_path):
             assert all(t >= 1 for t in terms.values())
             st = h.status()
             assert st["quiesced_groups"] == len(GROUPS) and st["quiescence"] is True
+        finally:
+            await c.stop()
+
+    run(main())
+
+
+def test_an_idle_host_wakes_on_beat_ticks_only_and_still_serves(tmp_path):
+    async def main():
+        c = Cluster(str(tmp_path), beat_ticks=3)
+        await c.start()
+        try:
+            await c.quiet()
+            h = c.hosts[1]
+            down_before = {i: c.hosts[i].stats.peers_declared_down for i in IDS}
+            ticks, wakes = h.stats.ticks, h.stats.tick_wakes
+            await _ticks(h, 3 * T)
+            # every group quiesced: one wake-up per beat tick (3 ticks), the ticks
+            # in between run there (node liveness counts them: nobody looks silent).
+            # At most half (not a third): on a loaded box a group may wake and
+            # quiesce again within the window, ticking every tick meanwhile.
+            assert c.all_quiesced()
+            assert h.stats.tick_wakes - wakes <= (h.stats.ticks - ticks) // 2
+            assert {i: c.hosts[i].stats.peers_declared_down for i in IDS} == down_before
+            # a proposal wakes its group, which ticks every tick again, commits, and
+            # quiesces again
+            lead = c.leader(1)
+            assert lead is not None
+            await lead.apply(b"after the idle")
+            await wait_until(c.all_quiesced, 60.0, what="quiesced again")
+            ticks, wakes = h.stats.ticks, h.stats.tick_wakes
+            await _ticks(h, 3 * T)
+            assert h.stats.tick_wakes - wakes <= (h.stats.ticks - ticks) // 2
+        finally:
+            await c.stop()
+
+    run(main())
+
+
+def test_a_busy_host_wakes_on_every_tick(tmp_path):
+    async def main():
+        c = Cluster(str(tmp_path), quiesce=False, beat_ticks=3)
+        await c.start()
+        try:
+            await c.leaders()
+            h = c.hosts[1]
+            ticks, wakes = h.stats.ticks, h.stats.tick_wakes
+            await _ticks(h, 2 * T)
+            # groups tick (quiescence off): no tick is run ahead of its time
+            assert h.stats.tick_wakes - wakes >= h.stats.ticks - ticks - 1
         finally:
             await c.stop()
 
