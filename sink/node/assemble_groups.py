@@ -241,7 +241,7 @@ class GroupsWiring:
 
     def _peers_down(self) -> set[int]:
         """The nodes this node's host cannot reach now (RaftHost's peers_down)."""
-        return set(self.host.status()["peers_down"]) if self.host is not None else set()
+        return set(self.host.peers_down()) if self.host is not None else set()
 
     def _placement_hosts(self) -> dict[int, str | None]:
         """The nodes new topics and partitions may be placed on: the voters but those

@@ -97,9 +97,13 @@ class PartitionRouting:
         if h is not None:
             return self._hosted_role(h)
         known = self.leaders.get(topic, partition)
+        if self.poller is not None and (
+            known is None or (self.down is not None and known.leader in self.down())
+        ):
+            # Not known, or its leader is down here (a failover is under way): the
+            # poller asks soon and at its base interval again (leaders.py).
+            self.poller.poke()
         if known is None:
-            if self.poller is not None:
-                self.poller.poke()
             lead, epoch, hint, isr = -1, -1, g.replicas[0], g.replicas
         else:
             lead, epoch, hint = known.leader, known.epoch, known.leader

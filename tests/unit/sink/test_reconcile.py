@@ -208,6 +208,64 @@ def test_leader_poller_asks_with_the_peer_s_fingerprint_and_keeps_rows_while_unc
     asyncio.run(run())
 
 
+def test_leader_poller_backs_off_while_nothing_changes_and_returns_at_any_news():
+    peer = VersionedPeer()
+    table = LeadersTable()
+    poller = LeaderPoller(
+        1, table, lambda: {2: "n2"}, lambda a: peer, topics=lambda: ["far"], max_interval_s=4.0
+    )
+
+    async def run():
+        assert await poller.poll_once() is False  # the first answer is news
+        assert await poller.poll_once() is True  # "unchanged"
+        peer.version, peer.leader = 6, 3
+        assert await poller.poll_once() is False  # a moved fingerprint is news
+        peer.down = True
+        assert await poller.poll_once() is False  # so is a failed call
+        peer.down = False
+        assert await poller.poll_once() is False  # asked in full after the failure: news
+        while poller.polls % FULL_EVERY:
+            assert await poller.poll_once() is True
+        # a full answer with the fingerprint already seen is no news
+        assert await poller.poll_once() is True and peer.asked[-1] == 0
+
+    asyncio.run(run())
+    waits = []
+    for steady in (True, True, True, True, False, True):
+        poller.wait_s = poller.next_wait(steady)
+        waits.append(poller.wait_s)
+    assert waits == [2.0, 4.0, 4.0, 4.0, 1.0, 2.0]
+
+
+def test_a_lookup_whose_known_leader_is_down_pokes_the_poller():
+    placed = SimpleNamespace(group=7, replicas=(2, 3, 4))
+    groups = SimpleNamespace(lookup=lambda topic, partition: (placed, None))
+    service = SimpleNamespace(brokers={1: 0, 2: 0, 3: 0, 4: 0})
+    table = LeadersTable()
+    table.learn("far", 0, 2, 5, now=1.0)
+    down: set[int] = set()
+
+    class Poller:
+        pokes = 0
+
+        def poke(self):
+            Poller.pokes += 1
+
+    routing = PartitionRouting(
+        service,  # type: ignore[arg-type]
+        groups,  # type: ignore[arg-type]
+        table,
+        Poller(),  # type: ignore[arg-type]
+        dict,
+        0,
+        down=lambda: down,
+    )
+    assert routing.role("far", 0).leader == 2 and Poller.pokes == 0
+    down.add(2)  # node 2 looks down here: a failover is under way
+    routing.role("far", 0)
+    assert Poller.pokes == 1
+
+
 def test_leader_poller_asks_in_full_when_it_wants_other_topics():
     peer = VersionedPeer()
     wanted = ["far"]
