@@ -321,6 +321,10 @@ def test_node_options_join_raft_storage_and_retention():
         ({**BASE, "cluster.leader_balance_interval_s": 0}, r"cluster\.leader_balance_interval_s"),
         ({**BASE, "cluster.leader_balance": "sometimes"}, r"cluster\.leader_balance: expected"),
         (
+            {**BASE, "raft.beats_yield_to_appends": "mostly"},
+            r"raft\.beats_yield_to_appends: expected",
+        ),
+        (
             {**BASE, "retention_max_entries": 10, "retention_hard_max_entries": 5},
             r"retention\.hard_max_entries must be 0 or >= retention\.max_entries",
         ),
