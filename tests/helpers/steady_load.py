@@ -143,15 +143,24 @@ class SteadyProducer:
         return self.result
 
 
-_MOVED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+_MOVED = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    # librdkafka's answer when its cached metadata names no leader (-1, LEADER_NOT_AVAILABLE
+    # while a group elects or a partition moves) for every partition asked: the query
+    # gives up at once instead of waiting for the election (rd_kafka_topic_partition_list
+    # _query_leaders: "no leader(s) for partitions means all partitions are unknown").
+    KafkaError._UNKNOWN_PARTITION,
+)
 
 
 def _high_watermark(c: Consumer, topic: str, partition: int, deadline: float) -> int:
     """The partition's high watermark. librdkafka's watermark query goes to the leader
     in its cached metadata and does not retry: after leadership moved (with partition
     groups a membership change or a restart moves the partitions its node led) it gets
-    NOT_LEADER_FOR_PARTITION once, and its metadata refresh is under way. Retried as a
-    client would, until the deadline."""
+    NOT_LEADER_FOR_PARTITION once, and its metadata refresh is under way; while a group
+    elects, the metadata names no leader and the query fails with _UNKNOWN_PARTITION.
+    Retried as a client would, until the deadline."""
     while True:
         try:
             return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30.0)[1]
