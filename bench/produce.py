@@ -79,6 +79,7 @@ from bench.produce_cpu import (
     main_cpu,
     measured_phase,
     profile_phase,
+    server_figures,
 )
 from bench.produce_tls import main_tls
 
@@ -160,6 +161,7 @@ def main() -> int:
             fig["p50_ms"] = round(one_k["p50_ms"], 2)
             fig["p99_ms"] = round(one_k["p99_ms"], 2)
             fig["p999_ms"] = round(one_k["p999_ms"], 2)
+            fig.update(server_figures(one_k))
             # The load phases' topics exist before they are measured: a topic created by
             # the first record of a phase (auto-creation: placement, a group per
             # partition, first elections, hand-offs) held that phase's first second of
@@ -179,6 +181,7 @@ def main() -> int:
                 fig[f"p99_ms_at_{pct}pct"] = round(r["p99_ms"], 2)
                 fig[f"p999_ms_at_{pct}pct"] = round(r["p999_ms"], 2)
                 if pct == 50:
+                    fig.update(server_figures(r, "_at_50pct"))
                     fig["cpu_us_per_record_50pct"] = round(r["cpu_us_per_record"], 1)
                     fig["cpu_us_per_request_50pct"] = round(r["cpu_us_per_request"], 1)
             asyncio.run(cluster.wait_settled())

@@ -17,6 +17,7 @@ from typing import Any
 from bench.common import CpuMeter, machine
 from bench.kafka_load import PARTITIONS, LoadProducer, open_loop, record_value
 from bench.stage_profile import PROFILE_ENV, SAMPLE_ENV, stage_table
+from raftlog.latency import LatencyHistogram
 from sink.process_cluster import SinkProcessCluster
 
 
@@ -55,6 +56,26 @@ def _last_index(cluster: SinkProcessCluster) -> int:
     return sum(last.values())
 
 
+def server_latency(cluster: SinkProcessCluster) -> dict[str, LatencyHistogram]:
+    """The nodes' Produce request latency (dispatch to response written) and disk round
+    histograms, each summed over the nodes (their status; counts only grow)."""
+    out = {"produce": LatencyHistogram(), "disk_round": LatencyHistogram()}
+    for i in cluster.alive():
+        st = asyncio.run(cluster.status(i)) or {}
+        produce = (st.get("kafka_requests") or {}).get("Produce")
+        if produce:
+            out["produce"] = out["produce"].plus(LatencyHistogram.from_json(produce["histogram"]))
+        disk = (st.get("host") or {}).get("disk_round_histogram")
+        if disk:
+            out["disk_round"] = out["disk_round"].plus(LatencyHistogram.from_json(disk))
+    return out
+
+
+def _ms(hist: LatencyHistogram, q: float) -> float:
+    """A quantile in ms (the bucket's upper bound: at most sqrt(2) above the truth)."""
+    return round((hist.quantile(q) or 0.0) * 1000, 2)
+
+
 def measured_phase(
     cluster: SinkProcessCluster,
     prod: LoadProducer,
@@ -67,9 +88,17 @@ def measured_phase(
     acknowledged record and per Produce request, and Raft entries per request."""
     pids = [n.proc.pid for n in cluster.nodes.values() if n.proc is not None]
     first = _last_index(cluster)
+    lat0 = server_latency(cluster)
     with CpuMeter(pids) as cpu:
         r = open_loop(prod, topic, 100, rate, seconds)
+    lat = {k: h.minus(lat0[k]) for k, h in server_latency(cluster).items()}
     r["entries"] = _last_index(cluster) - first
+    # The server's share of the client's latency: each Produce request from its
+    # dispatch on its leader to its response written (commit on a majority included;
+    # the client's linger, its queues and the sockets are not), and the disk rounds.
+    for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
+        r[f"server_produce_{name}_ms"] = _ms(lat["produce"], q)
+        r[f"disk_round_{name}_ms"] = _ms(lat["disk_round"], q)
     r["entries_per_request"] = r["entries"] / max(r["requests"], 1)
     if r["errors"]:
         raise RuntimeError(f"{r['errors']} delivery errors at {rate:.0f} records/s")
@@ -84,9 +113,19 @@ def measured_phase(
         f"p99.9 {r['p999_ms']:.2f} ms; {r['acked']} acked in {r['requests']} Produce requests "
         f"({r['entries']} Raft entries); "
         f"3 nodes' CPU {cpu.cpu_s:.2f} s in {cpu.wall_s:.1f} s ({net:.2f} s above idle): "
-        f"{r['cpu_us_per_record']:.0f} us/record, {r['cpu_us_per_request']:.0f} us/request"
+        f"{r['cpu_us_per_record']:.0f} us/record, {r['cpu_us_per_request']:.0f} us/request\n"
+        f"    server side: Produce p50 {r['server_produce_p50_ms']} p99 "
+        f"{r['server_produce_p99_ms']} p99.9 {r['server_produce_p999_ms']} ms; disk rounds p50 "
+        f"{r['disk_round_p50_ms']} p99 {r['disk_round_p99_ms']} p99.9 {r['disk_round_p999_ms']} ms "
+        f"(bucket upper bounds, within x1.41)"
     )
     return r
+
+
+def server_figures(r: dict, suffix: str = "") -> dict[str, float]:
+    """A measured phase's server-side latency keys for the JSON line."""
+    keys = [f"{k}_{q}_ms" for k in ("server_produce", "disk_round") for q in ("p50", "p99", "p999")]
+    return {f"{k}{suffix}": r[k] for k in keys}
 
 
 def _wait_files(paths: list[str], timeout: float) -> None:
@@ -187,6 +226,7 @@ def main_cpu(lat_seconds: float, profile_seconds: float) -> int:
             fig["entries_per_request_1k"] = round(r["entries_per_request"], 2)
             fig["p50_ms"], fig["p99_ms"] = round(r["p50_ms"], 2), round(r["p99_ms"], 2)
             fig["p999_ms"] = round(r["p999_ms"], 2)
+            fig.update(server_figures(r))
             leader = asyncio.run(cluster.wait_ready())
             stages = profile_phase(
                 prod, control, by_node, leader, "bench-profile", 1000, profile_seconds

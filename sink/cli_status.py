@@ -78,6 +78,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         line = _disk_line(i, st.get("disk_guard"))
         if line:
             print(line)
+        line = latency_line(i, st)
+        if line:
+            print(line)
     return 0 if all("error" not in st for st in sts.values()) else 1
 
 
@@ -141,6 +144,24 @@ def _disk_line(node: int, guard: dict | None) -> str | None:
         f"node {node}: DISK BELOW RESERVE: {where}: {effect}; free space there "
         "(retention, delete files, grow the volume); writes resume by themselves"
     )
+
+
+LATENCY_APIS = ("Produce", "Fetch")
+"""The Kafka APIs `raftsink status` shows latency of (every API is in --json and /metrics)."""
+
+
+def latency_line(node: int, st: dict) -> str | None:
+    """Since the node started: p50 / p99 of its Produce and Fetch requests (dispatch to
+    response written; a Fetch's includes its long-poll wait) and of its disk rounds."""
+    parts = []
+    for api in LATENCY_APIS:
+        h = (st.get("kafka_requests") or {}).get(api) or {}
+        if h.get("count"):
+            parts.append(f"{api} p50 {h['p50_ms']:g} / p99 {h['p99_ms']:g} ms ({h['count']})")
+    d = (st.get("host") or {}).get("disk_round_ms") or {}
+    if d.get("count"):
+        parts.append(f"disk rounds p50 {d['p50_ms']:g} / p99 {d['p99_ms']:g} ms ({d['count']})")
+    return f"{node:>4} latency since start: " + "; ".join(parts) if parts else None
 
 
 def _quota_status_line(node: int, q: dict) -> str:

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from raftlog.latency import LatencyHistogram
 from raftlog.runtime import RaftNode
 from sink.quotas import ClientQuotaManager
 
@@ -112,6 +113,31 @@ class NodeCollector(Collector):
                     f"raftsink_{name}", doc, labels=[*labels, *extra_labels]
                 )
             fam.add_metric([node, *extra_labels.values()], value)
+        yield from families.values()
+
+
+class HistogramCollector(Collector):
+    """Latency histograms (raftlog.latency: bounds 100 us x sqrt(2)^k) read at each
+    scrape: read() -> (name, help, extra labels, histogram), e.g.
+    raftsink_kafka_request_seconds{api="Produce"} and raftsink_disk_round_seconds."""
+
+    def __init__(
+        self,
+        node_id: int,
+        read: Callable[[], list[tuple[str, str, dict[str, str], LatencyHistogram]]],
+    ) -> None:
+        self.node = str(node_id)
+        self.read = read
+
+    def collect(self) -> Iterator[Any]:
+        families: dict[str, HistogramMetricFamily] = {}
+        for name, doc, extra_labels, hist in self.read():
+            fam = families.get(name)
+            if fam is None:
+                fam = families[name] = HistogramMetricFamily(
+                    f"raftsink_{name}", doc, labels=["node", *extra_labels]
+                )
+            fam.add_metric([self.node, *extra_labels.values()], list(hist.cumulative()), hist.sum_s)
         yield from families.values()
 
 

@@ -159,6 +159,8 @@ class GroupReadSurface:
             "fsyncs": ss.syncs,
             "busy_seconds": round(qs.write_seconds, 3),
             "appended_entries": ss.appended_entries,
+            # the rounds of this log's writer (shared by the host's groups, if hosted)
+            "round_ms": self.queue.writer_stats.round_seconds.summary_ms(),
         }
         if self.role is Role.LEADER:
             st["followers"] = {

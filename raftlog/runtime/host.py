@@ -353,6 +353,9 @@ class RaftHost(HostBeats, HostLiveness, HostTicks):
             "campaigns_deferred": self.stats.campaigns_deferred,
             "disk_rounds": w.rounds if w else 0,
             "disk_syncs": w.syncs if w else 0,
+            # each round's writes and fsyncs: quantiles, and the counts to difference
+            "disk_round_ms": w.round_seconds.summary_ms() if w else {},
+            "disk_round_histogram": w.round_seconds.to_json() if w else {},
             "leaders": sum(1 for g in self.groups.values() if g.is_leader()),
             "readies": sum(g.stats.readies for g in self.groups.values()),
             "inline_readies": sum(g.stats.inline_readies for g in self.groups.values()),

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from raftlog.entry import HardState, LogEntry, SnapshotMeta
-from raftlog.storage.disk_writer import DiskWriter
+from raftlog.storage.disk_writer import DiskWriter, WriterStats
 from raftlog.storage.errors import LogRangeError, StorageClosedError
 from raftlog.storage.log_store import LogStore
 
@@ -374,6 +374,11 @@ class DiskQueue:
             done = [op for op in done if op.kind != _APPEND]
         self.stats.write_seconds += time.perf_counter() - t0
         return done
+
+    @property
+    def writer_stats(self) -> WriterStats:
+        """The counters of the writer thread serving this queue (shared or private)."""
+        return self._writer.stats
 
     def _write_appends(self, batch: list[_Op]) -> None:
         entries = [e for op in batch for e in op.entries]

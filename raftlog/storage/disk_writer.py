@@ -25,9 +25,10 @@ import concurrent.futures
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from raftlog.latency import LatencyHistogram
 from raftlog.storage.log_store import LogStore
 
 if TYPE_CHECKING:  # the queue module imports this one at run time
@@ -48,6 +49,9 @@ class WriterStats:
     syncs: int = 0
     """Files fdatasync'ed by the fsync rounds (one per group file written)."""
     busy_seconds: float = 0.0
+    round_seconds: LatencyHistogram = field(default_factory=LatencyHistogram)
+    """How long each round took, writes and its fsync round (a commit waits for one
+    on a majority): where a produce's tail comes from when the disk stalls."""
 
 
 class DiskWriter:
@@ -154,7 +158,9 @@ class DiskWriter:
             st.round_groups += len(written)
             st.max_round_groups = max(st.max_round_groups, len(written))
             st.syncs += syncs
-            st.busy_seconds += time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            st.busy_seconds += took
+            st.round_seconds.observe(took)
             # Each round's failed ops travel with its completion: the loop may run it
             # after this thread has started the next round, which resets _failed_now
             # (reading the attribute there lost a failed append: its Ready's persist

@@ -148,7 +148,7 @@ class Dispatcher:
             return
         # client quotas: request_percentage counts the dispatch step's time
         self.server.context.quotas.record_request_time(self.quota, time.perf_counter() - started)
-        self._push(result, cost, (api, call), reserved, grant)
+        self._push(result, cost, (api, call, started), reserved, grant)
         self._after_sasl()
 
     def _raw_token(self, ev: SaslToken) -> None:

@@ -3,8 +3,8 @@ sink.kafka.connection.Connection).
 
 Every request's outcome goes into one FIFO (self._queue), in request order: an
 Answer's bytes, a handler's future of its response (most of them), or None (no
-answer: acks=0). Entries: (response or future, produce cost, origin (api, call) or
-None, request memory reserved, Fetch grant or -1).
+answer: acks=0). Entries: (response or future, produce cost, origin (api, call, the
+dispatch's perf_counter) or None, request memory reserved, Fetch grant or -1).
 
 Invariants:
 - Responses leave in request order (kafka-python requires it) while Produce/Fetch
@@ -23,6 +23,9 @@ Invariants:
 - A response that cannot be formed (NO_ANSWER: its future failed and not even an
   error answer exists) closes the connection after the responses before it.
 - A response is activity: writing one moves the idle deadline.
+- A dispatched request's time, from its dispatch until its response is handed to the
+  transport, counts in its API's histogram (KafkaServer.request_seconds) when written;
+  a request the connection drops unanswered (it closed) counts nowhere.
 
 The part holds no state of its own: every field is Connection's, set in
 connection_made.
@@ -105,7 +108,7 @@ class ResponseQueue:
         self,
         item: Any,
         cost: int,
-        origin: tuple[Api, Call] | None,
+        origin: tuple[Api, Call, float] | None,
         reserved: int = 0,
         grant: int = -1,
     ) -> None:
@@ -143,6 +146,7 @@ class ResponseQueue:
         st = self.state
         out: list = []
         freed: list[tuple[int, int]] = []
+        done: list[tuple[Api, Call, float]] = []
         close = False
         while queue:
             item, cost, origin, reserved, grant = queue[0]
@@ -155,12 +159,18 @@ class ResponseQueue:
                 if item.cancelled() or item.exception() is not None:
                     exc = asyncio.CancelledError() if item.cancelled() else item.exception()
                     assert exc is not None
-                    data = self._error_answer(*origin, exc) if origin is not None else NO_ANSWER
+                    data = (
+                        self._error_answer(origin[0], origin[1], exc)
+                        if origin is not None
+                        else NO_ANSWER
+                    )
                 else:
                     data = item.result()
             else:
                 data = item
             queue.popleft()
+            if origin is not None:
+                done.append(origin)
             parts = st.send(None if data is NO_ANSWER else data, cost)
             self.server.release_produce_bytes(cost)
             fetch_bytes = max(grant, 0)
@@ -183,6 +193,8 @@ class ResponseQueue:
             # A response is activity too: idleness counts from the later of the
             # last input and the last response written (as Kafka's).
             self._deadline = self._loop.time() + self.limits.idle_timeout_s
+        if done:
+            self.server.count_latencies(done)
         for reserved, fetch_bytes in freed:
             self._release(reserved, fetch_bytes)
         if close:

@@ -20,9 +20,11 @@ import logging
 import socket
 import ssl
 import struct
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
+from raftlog.latency import LatencyHistogram
 from sink.kafka.admission import Admission, RefuseReason
 from sink.kafka.budget import NodeMemory
 from sink.kafka.connection import Connection
@@ -103,6 +105,10 @@ class KafkaServer:
         self._refusal_log: asyncio.TimerHandle | None = None
         self.handler_errors = 0
         """Requests answered UNKNOWN_SERVER_ERROR because their handler raised (bugs)."""
+        self.request_seconds: dict[str, LatencyHistogram] = {}
+        """API name -> how long its requests took here, from dispatch until the response
+        was handed to the socket (a Produce's includes its commit on a majority, a
+        Fetch's its long-poll wait): the server's share of a client's latency."""
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
@@ -177,6 +183,15 @@ class KafkaServer:
         for reason in RefuseReason:
             out[f"refused_connections_{reason.name.lower()}"] = refused[reason]
         return out
+
+    def count_latencies(self, done: Iterable[tuple[Any, Any, float]]) -> None:
+        """(api, call, dispatched at) of responses just written -> request_seconds."""
+        now = time.perf_counter()
+        for api, _call, started in done:
+            hist = self.request_seconds.get(api.name)
+            if hist is None:
+                hist = self.request_seconds[api.name] = LatencyHistogram()
+            hist.observe(now - started)
 
     def release_produce_bytes(self, n: int) -> None:
         if n:

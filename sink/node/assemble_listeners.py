@@ -13,12 +13,19 @@ from typing import Any
 import grpc
 from prometheus_client import start_http_server
 
+from raftlog.latency import LatencyHistogram
 from sink.config import parse_hostport
 from sink.kafka import NodeMemory
 from sink.kafka.server import KafkaServer
 from sink.members.drain import Drainer
 from sink.members.rpc import MembersEndpoint
-from sink.metrics import KafkaCollector, NodeCollector, QuotaCollector, make_registry
+from sink.metrics import (
+    HistogramCollector,
+    KafkaCollector,
+    NodeCollector,
+    QuotaCollector,
+    make_registry,
+)
 from sink.node import observe
 from sink.node.balance_driver import BalancerCollector
 from sink.readapi.server import ReadApiService
@@ -130,6 +137,7 @@ class ListenerWiring:
                 self.node, self.transport, self._extra_metrics, gauges=self._extra_gauges
             ),
             KafkaCollector(cfg.node_id, self.kafka_stats),
+            HistogramCollector(cfg.node_id, self._latency_histograms),
             QuotaCollector(str(cfg.node_id), self.service.quotas),
             *(
                 [BalancerCollector(cfg.node_id, self.balancer.stats)]
@@ -146,6 +154,9 @@ class ListenerWiring:
     def kafka_stats(self) -> dict[str, float]:
         """The Kafka listeners' overload figures (sink/node/observe.py)."""
         return observe.kafka_stats(self)
+
+    def _latency_histograms(self) -> list[tuple[str, str, dict[str, str], LatencyHistogram]]:
+        return observe.latency_histograms(self)
 
     def _extra_gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
         return observe.extra_gauges(self)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from raftlog.latency import LatencyHistogram
 from raftlog.runtime import stall_watch
 
 
@@ -53,6 +54,38 @@ def kafka_stats(node: Any) -> dict[str, float]:
     return out
 
 
+def request_latencies(node: Any) -> dict[str, LatencyHistogram]:
+    """API name -> its requests' latency on this node, every Kafka listener's together."""
+    out: dict[str, LatencyHistogram] = {}
+    for k in (node.kafka, node.kafka_external):
+        for name, hist in k.request_seconds.items() if k is not None else ():
+            out[name] = out[name].plus(hist) if name in out else hist.snapshot()
+    return out
+
+
+def latency_histograms(node: Any) -> list[tuple[str, str, dict[str, str], LatencyHistogram]]:
+    """(name, help, labels, histogram) for /metrics (sink.metrics.HistogramCollector)."""
+    out = [
+        (
+            "kafka_request_seconds",
+            "Kafka requests from dispatch until the response is handed to the socket",
+            {"api": name},
+            hist,
+        )
+        for name, hist in sorted(request_latencies(node).items())
+    ]
+    if node.host is not None and node.host.writer is not None:
+        out.append(
+            (
+                "disk_round_seconds",
+                "Disk writer rounds: the writes of every group and their fsync round",
+                {},
+                node.host.writer.stats.round_seconds,
+            )
+        )
+    return out
+
+
 def extra_gauges(node: Any) -> list[tuple[str, str, dict[str, str], float]]:
     """The node's gauges beside the registry's collectors (`/metrics`)."""
     out = node.disk.gauges() if node.disk is not None else []
@@ -66,6 +99,11 @@ def extra_status(node: Any) -> dict[str, Any]:
     """Added to the read API's Status (`raftsink status`): the Kafka listeners'
     overload figures and, when storage is guarded, the disk guard's state."""
     out: dict[str, Any] = {"kafka": kafka_stats(node)}
+    # p50/p99/p99.9/max per API, and the counts a client differences (bench/produce_cpu.py)
+    out["kafka_requests"] = {
+        name: {**hist.summary_ms(), "histogram": hist.to_json()}
+        for name, hist in sorted(request_latencies(node).items())
+    }
     if (watch := stall_watch.installed()) is not None:
         out["stalls"] = watch.status()
     if node.service is not None:

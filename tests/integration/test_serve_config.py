@@ -5,6 +5,7 @@ RAFTSINK_* variable and flags at once: each source reaches the part it configure
 from __future__ import annotations
 
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -98,8 +99,14 @@ def test_serve_takes_each_setting_from_file_env_and_flags(tmp_path):
             b"raftsink_group_offsets_expired",
             b"raftsink_gc_pause_seconds_gen2",  # the process's stalls (stall_watch)
             b"raftsink_loop_lags_over_100ms",
+            b"raftsink_disk_round_seconds_bucket",  # disk rounds (writes + fsyncs)
         ):
             assert name in body, name
+        # the Metadata request above, in its API's latency histogram
+        count = re.search(
+            rb'raftsink_kafka_request_seconds_count\{api="Metadata",node="1"\} (\S+)', body
+        )
+        assert count is not None and float(count.group(1)) >= 1, body[:2000]
     finally:
         proc.terminate()
         proc.wait(timeout=20)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sink.cli_status import partition_group_lines
+from sink.cli_status import latency_line, partition_group_lines
 
 
 def _row(group, partition, role, term, leader, commit, applied, replicas=(1, 2, 3)):
@@ -51,3 +51,19 @@ def test_a_stale_leader_loses_to_the_higher_term_and_no_leader_says_none():
 
 def test_no_partition_groups_no_table():
     assert partition_group_lines({1: {"role": "leader"}, 2: {"error": "x"}}) == []
+
+
+def test_latency_line_shows_produce_fetch_and_disk_rounds_that_ran():
+    st = {
+        "kafka_requests": {
+            "Produce": {"count": 12, "p50_ms": 1.6, "p99_ms": 6.4},
+            "Metadata": {"count": 3, "p50_ms": 0.8, "p99_ms": 0.8},
+        },
+        "host": {"disk_round_ms": {"count": 40, "p50_ms": 0.8, "p99_ms": 3.2}},
+    }
+    line = latency_line(2, st)
+    assert line == (
+        "   2 latency since start: Produce p50 1.6 / p99 6.4 ms (12); "
+        "disk rounds p50 0.8 / p99 3.2 ms (40)"
+    )
+    assert latency_line(1, {"kafka_requests": {}, "host": {"disk_round_ms": {"count": 0}}}) is None

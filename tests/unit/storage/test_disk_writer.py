@@ -32,6 +32,10 @@ def test_one_round_serves_the_appends_of_several_groups(tmp_path):
         assert await asyncio.gather(*futs) == [6, 7, 8, 9]
         assert w.stats.rounds == 1 and w.stats.max_round_groups == 4
         assert w.stats.syncs == 4  # one fdatasync per group file, in one fsync round
+        # the round's duration, writes and fsyncs, is in the writer's histogram
+        assert w.stats.round_seconds.count == 1
+        assert 0 < w.stats.round_seconds.sum_s <= w.stats.busy_seconds + 1e-9
+        assert queues[1].writer_stats is w.stats
         for g, q in queues.items():
             assert q.durable_index == 5 + g
             assert [e.index for e in q.read(1, 100, 1 << 20)] == list(range(1, 6 + g))
