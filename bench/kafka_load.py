@@ -116,6 +116,11 @@ class LoadProducer:
         self.last_delivery = 0.0
         self._stats: dict = {}
         self._stats_seen = threading.Event()
+        self.windows: list[tuple[float, float]] = []
+        """Per statistics interval and broker that sent Produce requests in it: librdkafka's
+        p99 of its request round trip (rtt: sent to answered, the network and the
+        server) and of its queue wait (int_latency: produce() to sent, linger included),
+        in ms; reset() clears them."""
         self.p = Producer(
             {
                 "bootstrap.servers": bootstrap,
@@ -137,6 +142,9 @@ class LoadProducer:
 
     def _on_stats(self, text: str) -> None:
         self._stats = json.loads(text)
+        for b in self._stats.get("brokers", {}).values():
+            if b.get("nodeid", -1) >= 0 and b.get("rtt", {}).get("cnt"):
+                self.windows.append((b["rtt"]["p99"] / 1000, b["int_latency"]["p99"] / 1000))
         self._stats_seen.set()
 
     def _on_delivery(self, err: object, msg: Any) -> None:
@@ -169,6 +177,23 @@ class LoadProducer:
 
     def reset(self) -> None:
         self.sched, self.lat, self.errors, self.delivered = [], [], 0, 0
+        self.windows = []
+
+    def client_figures(self) -> dict[str, float]:
+        """Where a record's time went on the client's side, from librdkafka's statistics
+        since reset(): the median and the largest per-interval p99 of its request round
+        trips (rtt) and of its queue waits (queue: linger and waiting for the broker
+        thread; per broker and statistics interval, so a median of p99s, not a p99)."""
+        if not self.windows:
+            return {}
+        rtt = sorted(w[0] for w in self.windows)
+        queue = sorted(w[1] for w in self.windows)
+        return {
+            "client_rtt_p99_ms_median": round(rtt[len(rtt) // 2], 2),
+            "client_rtt_p99_ms_max": round(rtt[-1], 2),
+            "client_queue_p99_ms_median": round(queue[len(queue) // 2], 2),
+            "client_queue_p99_ms_max": round(queue[-1], 2),
+        }
 
     def flush(self, timeout: float = 120) -> None:
         left = self.p.flush(timeout)
@@ -218,6 +243,7 @@ def open_loop(prod: LoadProducer, topic: str, size: int, rate: float, seconds: f
     requests = prod.produce_requests() - requests0
     lat = prod.lat
     return {
+        **prod.client_figures(),
         "rate": rate,
         "sent": n,
         "acked": prod.delivered,

@@ -56,10 +56,12 @@ def _last_index(cluster: SinkProcessCluster) -> int:
     return sum(last.values())
 
 
-def server_latency(cluster: SinkProcessCluster) -> dict[str, LatencyHistogram]:
+def server_latency(cluster: SinkProcessCluster) -> dict[str, Any]:
     """The nodes' Produce request latency (dispatch to response written) and disk round
-    histograms, each summed over the nodes (their status; counts only grow)."""
-    out = {"produce": LatencyHistogram(), "disk_round": LatencyHistogram()}
+    histograms, and their event loops' lags over 25/50/100 ms (stall_watch), each summed
+    over the nodes (their status; counts only grow)."""
+    out: dict[str, Any] = {"produce": LatencyHistogram(), "disk_round": LatencyHistogram()}
+    lags = dict.fromkeys(LAG_KEYS, 0)
     for i in cluster.alive():
         st = asyncio.run(cluster.status(i)) or {}
         produce = (st.get("kafka_requests") or {}).get("Produce")
@@ -68,7 +70,13 @@ def server_latency(cluster: SinkProcessCluster) -> dict[str, LatencyHistogram]:
         disk = (st.get("host") or {}).get("disk_round_histogram")
         if disk:
             out["disk_round"] = out["disk_round"].plus(LatencyHistogram.from_json(disk))
+        for k in LAG_KEYS:
+            lags[k] += (st.get("stalls") or {}).get(k, 0)
+    out["lags"] = lags
     return out
+
+
+LAG_KEYS = ("loop_lags_over_25ms", "loop_lags_over_50ms", "loop_lags_over_100ms")
 
 
 def _ms(hist: LatencyHistogram, q: float) -> float:
@@ -91,12 +99,15 @@ def measured_phase(
     lat0 = server_latency(cluster)
     with CpuMeter(pids) as cpu:
         r = open_loop(prod, topic, 100, rate, seconds)
-    lat = {k: h.minus(lat0[k]) for k, h in server_latency(cluster).items()}
+    lat1 = server_latency(cluster)
+    lat = {k: lat1[k].minus(lat0[k]) for k in ("produce", "disk_round")}
+    for k in LAG_KEYS:  # times a node's event loop ran a 100 ms timer this late
+        r[f"server_{k}"] = lat1["lags"][k] - lat0["lags"][k]
     r["entries"] = _last_index(cluster) - first
     # The server's share of the client's latency: each Produce request from its
     # dispatch on its leader to its response written (commit on a majority included;
     # the client's linger, its queues and the sockets are not), and the disk rounds.
-    for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
+    for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999), ("max", 1.0)):
         r[f"server_produce_{name}_ms"] = _ms(lat["produce"], q)
         r[f"disk_round_{name}_ms"] = _ms(lat["disk_round"], q)
     r["entries_per_request"] = r["entries"] / max(r["requests"], 1)
@@ -115,16 +126,24 @@ def measured_phase(
         f"3 nodes' CPU {cpu.cpu_s:.2f} s in {cpu.wall_s:.1f} s ({net:.2f} s above idle): "
         f"{r['cpu_us_per_record']:.0f} us/record, {r['cpu_us_per_request']:.0f} us/request\n"
         f"    server side: Produce p50 {r['server_produce_p50_ms']} p99 "
-        f"{r['server_produce_p99_ms']} p99.9 {r['server_produce_p999_ms']} ms; disk rounds p50 "
-        f"{r['disk_round_p50_ms']} p99 {r['disk_round_p99_ms']} p99.9 {r['disk_round_p999_ms']} ms "
-        f"(bucket upper bounds, within x1.41)"
+        f"{r['server_produce_p99_ms']} p99.9 {r['server_produce_p999_ms']} max "
+        f"{r['server_produce_max_ms']} ms; disk rounds p50 {r['disk_round_p50_ms']} p99 "
+        f"{r['disk_round_p99_ms']} p99.9 {r['disk_round_p999_ms']} max {r['disk_round_max_ms']} ms "
+        f"(bucket upper bounds, within x1.41); event loops late by 25/50/100 ms or more: "
+        f"{'/'.join(str(r['server_' + k]) for k in LAG_KEYS)} times\n"
+        f"    client side (librdkafka, per 1 s window and broker, median / largest p99): "
+        f"request round trip {r.get('client_rtt_p99_ms_median')} / "
+        f"{r.get('client_rtt_p99_ms_max')} ms, queue wait {r.get('client_queue_p99_ms_median')} / "
+        f"{r.get('client_queue_p99_ms_max')} ms"
     )
     return r
 
 
 def server_figures(r: dict, suffix: str = "") -> dict[str, float]:
     """A measured phase's server-side latency keys for the JSON line."""
-    keys = [f"{k}_{q}_ms" for k in ("server_produce", "disk_round") for q in ("p50", "p99", "p999")]
+    qs = ("p50", "p99", "p999", "max")
+    keys = [f"{k}_{q}_ms" for k in ("server_produce", "disk_round") for q in qs]
+    keys += [k for k in r if k.startswith(("client_", "server_loop_lags"))]
     return {f"{k}{suffix}": r[k] for k in keys}
 
 
