@@ -3,6 +3,7 @@ truth, differences and sums of snapshots, the Prometheus view."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -14,7 +15,7 @@ from raftlog.latency import BOUNDS_S, LatencyHistogram
 def test_bounds_grow_by_sqrt2_from_100us_to_about_100s():
     assert BOUNDS_S[0] == pytest.approx(1e-4)
     assert BOUNDS_S[-1] == pytest.approx(104.8576, rel=1e-6)
-    for a, b in zip(BOUNDS_S, BOUNDS_S[1:], strict=False):
+    for a, b in itertools.pairwise(BOUNDS_S):
         assert b / a == pytest.approx(math.sqrt(2), rel=1e-3)
 
 
