@@ -44,11 +44,15 @@ def idle_cpu_rate(pids: list[int], seconds: float) -> float:
     return cpu.cpu_s / cpu.wall_s
 
 
-def _last_index(cluster: SinkProcessCluster) -> int:
+def _statuses(cluster: SinkProcessCluster) -> list[dict]:
+    """Every live node's status (the nodes that answered)."""
+    return [st for st in (asyncio.run(cluster.status(i)) for i in cluster.alive()) if st]
+
+
+def _last_index(sts: list[dict]) -> int:
     """Every Raft log's last index, summed over the groups (the controller and, with
     partition groups, each data group: the highest any of its replicas reports), so
     that a difference counts the entries appended in between wherever they went."""
-    sts = [st for st in (asyncio.run(cluster.status(i)) for i in cluster.alive()) if st]
     last = {0: max(st["last_index"] for st in sts)}
     for st in sts:
         for g in (st.get("data_groups") or {}).get("groups", []):
@@ -56,14 +60,13 @@ def _last_index(cluster: SinkProcessCluster) -> int:
     return sum(last.values())
 
 
-def server_latency(cluster: SinkProcessCluster) -> dict[str, Any]:
+def server_latency(sts: list[dict]) -> dict[str, Any]:
     """The nodes' Produce request latency (dispatch to response written) and disk round
     histograms, and their event loops' lags over 25/50/100 ms (stall_watch), each summed
-    over the nodes (their status; counts only grow)."""
+    over the nodes' statuses (counts only grow)."""
     out: dict[str, Any] = {"produce": LatencyHistogram(), "disk_round": LatencyHistogram()}
     lags = dict.fromkeys(LAG_KEYS, 0)
-    for i in cluster.alive():
-        st = asyncio.run(cluster.status(i)) or {}
+    for st in sts:
         produce = (st.get("kafka_requests") or {}).get("Produce")
         if produce:
             out["produce"] = out["produce"].plus(LatencyHistogram.from_json(produce["histogram"]))
@@ -79,11 +82,6 @@ def server_latency(cluster: SinkProcessCluster) -> dict[str, Any]:
 LAG_KEYS = ("loop_lags_over_25ms", "loop_lags_over_50ms", "loop_lags_over_100ms")
 
 
-def _ms(hist: LatencyHistogram, q: float) -> float:
-    """A quantile in ms (the bucket's upper bound: at most sqrt(2) above the truth)."""
-    return round((hist.quantile(q) or 0.0) * 1000, 2)
-
-
 def measured_phase(
     cluster: SinkProcessCluster,
     prod: LoadProducer,
@@ -95,21 +93,23 @@ def measured_phase(
     """Open-loop latency at `rate`, with the cluster's CPU (idle subtracted) per
     acknowledged record and per Produce request, and Raft entries per request."""
     pids = [n.proc.pid for n in cluster.nodes.values() if n.proc is not None]
-    first = _last_index(cluster)
-    lat0 = server_latency(cluster)
+    sts0 = _statuses(cluster)
+    first, lat0 = _last_index(sts0), server_latency(sts0)
     with CpuMeter(pids) as cpu:
         r = open_loop(prod, topic, 100, rate, seconds)
-    lat1 = server_latency(cluster)
+    sts1 = _statuses(cluster)
+    lat1 = server_latency(sts1)
     lat = {k: lat1[k].minus(lat0[k]) for k in ("produce", "disk_round")}
     for k in LAG_KEYS:  # times a node's event loop ran a 100 ms timer this late
         r[f"server_{k}"] = lat1["lags"][k] - lat0["lags"][k]
-    r["entries"] = _last_index(cluster) - first
+    r["entries"] = _last_index(sts1) - first
     # The server's share of the client's latency: each Produce request from its
     # dispatch on its leader to its response written (commit on a majority included;
     # the client's linger, its queues and the sockets are not), and the disk rounds.
     for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999), ("max", 1.0)):
-        r[f"server_produce_{name}_ms"] = _ms(lat["produce"], q)
-        r[f"disk_round_{name}_ms"] = _ms(lat["disk_round"], q)
+        # bucket upper bounds: at most sqrt(2) above the truth
+        r[f"server_produce_{name}_ms"] = lat["produce"].quantile_ms(q)
+        r[f"disk_round_{name}_ms"] = lat["disk_round"].quantile_ms(q)
     r["entries_per_request"] = r["entries"] / max(r["requests"], 1)
     if r["errors"]:
         raise RuntimeError(f"{r['errors']} delivery errors at {rate:.0f} records/s")

@@ -65,6 +65,10 @@ class LatencyHistogram:
                 return min(BOUNDS_S[i], self.max_s) if self.max_s else BOUNDS_S[i]
         return None  # unreachable: seen reaches total
 
+    def quantile_ms(self, q: float) -> float:
+        """quantile(q) in ms, rounded to 0.01 (0.0 when empty)."""
+        return round((self.quantile(q) or 0.0) * 1000, 2)
+
     def minus(self, earlier: LatencyHistogram) -> LatencyHistogram:
         """What was observed after `earlier` (a snapshot of this histogram)."""
         return LatencyHistogram(
@@ -90,7 +94,7 @@ class LatencyHistogram:
         out: dict[str, float | int] = {"count": self.count}
         if out["count"]:
             for name, q in (("p50_ms", 0.5), ("p99_ms", 0.99), ("p999_ms", 0.999)):
-                out[name] = round((self.quantile(q) or 0.0) * 1000, 2)
+                out[name] = self.quantile_ms(q)
             out["max_ms"] = round(self.max_s * 1000, 2)
         return out
 
