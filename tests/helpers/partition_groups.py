@@ -101,17 +101,22 @@ def kafka_port(cluster: SinkProcessCluster, node: int) -> int:
 
 def create_topic(cluster: SinkProcessCluster, name: str, partitions: int, rf: int) -> None:
     """CreateTopics, retried while the controller moves (NOT_CONTROLLER, a timeout: the
-    outcome is unknown, so TOPIC_ALREADY_EXISTS after such a retry means created)."""
+    outcome is unknown, so TOPIC_ALREADY_EXISTS after such a retry means created).
+    librdkafka's own timeout (_TIMED_OUT, "waiting for controller": its cached
+    controller was not reachable) counts as a timeout too; each attempt is bounded so
+    that a retry, with fresh metadata, fits in the deadline."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     retriable = (
         confluent_kafka.KafkaError.NOT_CONTROLLER,
         confluent_kafka.KafkaError.REQUEST_TIMED_OUT,
+        confluent_kafka.KafkaError._TIMED_OUT,
     )
     retried = False
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90
     while True:
         try:
-            admin.create_topics([NewTopic(name, partitions, rf)])[name].result(timeout=60)
+            futures = admin.create_topics([NewTopic(name, partitions, rf)], request_timeout=20)
+            futures[name].result(timeout=30)
             return
         except KafkaException as exc:
             code = exc.args[0].code()
