@@ -104,8 +104,9 @@ def create_topic(cluster: SinkProcessCluster, name: str, partitions: int, rf: in
     outcome is unknown, so TOPIC_ALREADY_EXISTS after such a retry means created).
     librdkafka's own timeout (_TIMED_OUT, "waiting for controller": its cached
     controller was not reachable) counts as a timeout too; each attempt is bounded so
-    that a retry, with fresh metadata, fits in the deadline."""
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    that a retry fits in the deadline. Each attempt uses a new client: librdkafka reads
+    the controller again only on its periodic refresh (5 min), so a retry through the
+    same client would go to the same node."""
     retriable = (
         confluent_kafka.KafkaError.NOT_CONTROLLER,
         confluent_kafka.KafkaError.REQUEST_TIMED_OUT,
@@ -114,6 +115,7 @@ def create_topic(cluster: SinkProcessCluster, name: str, partitions: int, rf: in
     retried = False
     deadline = time.monotonic() + 90
     while True:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
         try:
             futures = admin.create_topics([NewTopic(name, partitions, rf)], request_timeout=20)
             futures[name].result(timeout=30)

@@ -119,9 +119,12 @@ def test_quotas_through_the_log_cli_and_wire(three_nodes) -> None:
         out.stdout
     ), out
 
-    # Only the controller writes; a follower answers NOT_CONTROLLER (41), as CreateTopics does.
-    entry = _alter(at[follower], [("client-id", "x")], [("producer_byte_rate", 10.0, False)])
-    assert entry.error_code == 41, entry
+    # Only the controller writes; a follower relays the request there (as a KRaft broker
+    # forwards it) and passes its answer back: a validation error, a validate_only.
+    entry = _alter(at[follower], [("client-id", "x")], [("producer_bytes", 10.0, False)])
+    assert entry.error_code == 42 and "unknown quota key 'producer_bytes'" in entry.error_message
+    entry = _alter(at[follower], [("client-id", "x")], [("producer_byte_rate", 10.0, False)], True)
+    assert entry.error_code == 0, entry
 
     # Unknown keys / entity types: INVALID_REQUEST (42) with the reason; nothing changes.
     entry = _alter(at[leader], [("client-id", "x")], [("producer_bytes", 10.0, False)])

@@ -468,8 +468,9 @@ def test_unsupported_version_closes_with_one_log_line_naming_the_client(cluster,
 
 
 def test_create_topics_v7_error_paths(tmp_path):
-    """v7 requires topic_id in every result: NOT_CONTROLLER from a follower, and
-    INVALID_TOPIC_EXCEPTION / TOPIC_ALREADY_EXISTS from the leader, all answered."""
+    """v7 requires topic_id in every result: a create through a follower (relayed to
+    the controller) answers the new topic's id; TOPIC_ALREADY_EXISTS and
+    INVALID_TOPIC_EXCEPTION, from the leader or relayed, are answered too."""
     c = SinkCluster(str(tmp_path), n=3)
     c.start()
     try:
@@ -496,11 +497,12 @@ def test_create_topics_v7_error_paths(tmp_path):
                 assert hdr.correlation_id == corr
                 return int(resp.topics[0].error_code), resp.topics[0].topic_id
 
-        assert create(follower, "v7", 1)[0] == 41  # NOT_CONTROLLER
-        err, tid = create(lead, "v7", 2)
+        err, tid = create(follower, "v7", 1)
         assert err == 0 and tid.int != 0
-        assert create(lead, "v7", 3)[0] == 36  # TOPIC_ALREADY_EXISTS
+        assert create(lead, "v7", 2)[0] == 36  # TOPIC_ALREADY_EXISTS
+        assert create(follower, "v7", 3)[0] == 36
         assert create(lead, "bad/name", 4)[0] == 17  # INVALID_TOPIC_EXCEPTION
+        assert create(follower, "bad/name", 5)[0] == 17
     finally:
         c.stop()
 

@@ -4,8 +4,9 @@ Each entry is validated on its own (entity types user / client-id, keys
 producer_byte_rate / consumer_byte_rate / request_percentage, positive values;
 anything else is INVALID_REQUEST with the reason); the valid ones are proposed as
 ONE log entry, so they apply together. validate_only stops after validation. Only
-the controller (the Raft leader) writes: elsewhere every entry is NOT_CONTROLLER,
-as CreateTopics answers (clients find the controller in Metadata's controller_id).
+the controller (the Raft leader) writes: another node relays the request there
+(sink.kafka.handlers.controller_relay) and answers every entry NOT_CONTROLLER only
+when it knows no controller or cannot reach it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest
 
 from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.controller_relay import relay_to_controller
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -28,6 +30,10 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
 
 async def _alter(ctx: HandlerContext, call: Call) -> bytes:
     req = call.req
+    if ctx.quota_admin is not None:
+        relayed = await relay_to_controller(ctx, call)
+        if relayed is not None:
+            return relayed
     if ctx.quota_admin is None or not ctx.controller.is_leader():
         why = "not the controller (Raft leader)"
         return _encode(
@@ -79,7 +85,7 @@ API = Api(
     handle,
     error_response,
     summary=(
-        "through the log, on the controller (Raft leader) only, else NOT_CONTROLLER; "
+        "through the log, on the controller (Raft leader; another node relays it); "
         "validate_only; unknown keys / entity types INVALID_REQUEST with the reason"
     ),
 )

@@ -11,21 +11,18 @@ it to any broker; Kafka forwards to its controller the same way).
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 from kio.schema.alter_configs.v2.request import AlterConfigsRequest
 
 from sink.kafka.authorize import config_denial
-from sink.kafka.forward import ForwardError, forward_frame
 from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.controller_relay import relay_to_controller
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
 from sink.topics.configs import TopicConfigError
 from sink.topics.state import Op, apply_ops
-
-log = logging.getLogger("sink.kafka")
 
 TOPIC = 2
 BROKER = 4
@@ -42,21 +39,11 @@ async def run(ctx: HandlerContext, call: Call, *, incremental: bool) -> bytes:
     """Shared with IncrementalAlterConfigs (the same response shape)."""
     req = call.req
     key = req.__api_key__
-    lead = ctx.controller
-    ep = lead.forward_endpoint()
     # A relay runs as the relay user: relay only what this principal may alter in full.
     allowed_all = not any(config_denial(ctx, call, r, alter=True) for r in req.resources)
-    if (
-        allowed_all
-        and not lead.is_leader()
-        and ep is not None
-        and ep[0] != lead.node_id
-        and call.frame
-    ):
-        try:
-            return await forward_frame(ep[1], ep[2], call.frame, login=ctx.relay_login)
-        except ForwardError as exc:
-            log.warning("kafka.forward alter_configs failed: %s", exc)
+    relayed = await relay_to_controller(ctx, call, allowed=allowed_all)
+    if relayed is not None:
+        return relayed
     out = []
     for r in req.resources:
         ops: Ops = (

@@ -1,6 +1,7 @@
 """AlterPartitionReassignments (KIP-455): move partitions' replicas, on the controller's
-leader (with partition groups: sink.node.replica_moves; elsewhere NOT_CONTROLLER, as a
-Kafka broker that is not the controller answers).
+leader (with partition groups: sink.node.replica_moves); another node relays the request
+there (sink.kafka.handlers.controller_relay; NOT_CONTROLLER when it knows no controller
+or cannot reach it).
 
 Per partition: a replica list starts a move (the first replica is the new preferred
 leader); null cancels the pending one (NO_REASSIGNMENT_IN_PROGRESS if there is none):
@@ -23,6 +24,7 @@ from kio.schema.alter_partition_reassignments.v0.request import (
 )
 
 from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.controller_relay import relay_to_controller
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -35,6 +37,10 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
 
 
 async def _reassign(ctx: HandlerContext, call: Call) -> bytes:
+    if ctx.moves is not None:
+        relayed = await relay_to_controller(ctx, call, timeout=call.req.timeout)
+        if relayed is not None:
+            return relayed
     timeout_s = max(1.0, call.req.timeout.total_seconds())
     out = []
     for t in call.req.topics:
@@ -69,7 +75,7 @@ API = Api(
     handle,
     error_response,
     summary=(
-        "partition groups: on the controller's leader (else NOT_CONTROLLER), a move per "
+        "partition groups: on the controller's leader (another node relays it), a move per "
         "partition through the log (null cancels; NO_REASSIGNMENT_IN_PROGRESS); bad lists "
         "38/39 with the reason; one group: 39"
     ),

@@ -1,6 +1,7 @@
 """AlterUserScramCredentials (v0, KIP-554): SCRAM credentials created, changed and
-deleted through the Raft log, on the controller (Raft leader) only (elsewhere every
-user is NOT_CONTROLLER, as AlterClientQuotas answers).
+deleted through the Raft log, on the controller (Raft leader) only; another node
+relays the request there (sink.kafka.handlers.controller_relay) and answers every user
+NOT_CONTROLLER only when it knows no controller or cannot reach it.
 
 The client salts: an upsertion carries salt, iterations and SaltedPassword, from
 which the stored credential (StoredKey, ServerKey) is derived here, so the entry
@@ -20,6 +21,7 @@ from typing import Any
 from kio.schema.alter_user_scram_credentials.v0.request import AlterUserScramCredentialsRequest
 
 from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.controller_relay import relay_to_controller
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -61,6 +63,9 @@ async def _alter(ctx: HandlerContext, call: Call) -> bytes:
     if ctx.users is None:
         why = "no user store on this node"
         return _encode(call.corr, [(n, ErrorCode.unknown_server_error, why) for n in order])
+    relayed = await relay_to_controller(ctx, call)
+    if relayed is not None:
+        return relayed
     counts = Counter((n, m) for n, m in _pairs(req))
     verdict: dict[str, tuple[ErrorCode, str | None]] = {}
     for name, mech in _pairs(req):
@@ -128,7 +133,7 @@ API = Api(
     handle,
     error_response,
     summary=(
-        "through the log on the controller (Raft leader), else NOT_CONTROLLER; only derived "
+        "through the log on the controller (Raft leader; another node relays it); only derived "
         "credentials stored; Kafka's per-user checks"
     ),
 )

@@ -13,9 +13,9 @@ from typing import Any
 
 from kio.schema.create_acls.v3.request import CreateAclsRequest
 
-from sink.kafka.handlers.acl_relay import relay_to_leader
 from sink.kafka.handlers.acl_wire import binding_of
 from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.controller_relay import relay_to_controller
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -28,7 +28,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
 
 
 async def _create(ctx: HandlerContext, call: Call) -> Response:
-    relayed = await relay_to_leader(ctx, call)
+    relayed = await relay_to_controller(ctx, call)
     if relayed is not None:
         return relayed
     results: list[tuple[ErrorCode, str | None]] = []

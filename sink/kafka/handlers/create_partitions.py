@@ -1,5 +1,5 @@
 """CreatePartitions: grow a topic through the log, on the Raft leader (the
-controller; a follower answers NOT_CONTROLLER). Fewer or as many partitions as the
+controller; a follower relays it there: sink.kafka.handlers.controller_relay). Fewer or as many partitions as the
 topic has -> INVALID_PARTITIONS; more than kafka.max_create_partitions ->
 INVALID_PARTITIONS; manual assignments are passed on: one group ignores them (every
 node holds every partition), partition groups honour them once checked (else
@@ -19,6 +19,7 @@ from kio.schema.create_partitions.v3.request import CreatePartitionsRequest
 
 from sink.kafka.authorize import topic_denied
 from sink.kafka.handlers.api import Api, Call, Response, answer_by, later
+from sink.kafka.handlers.controller_relay import relay_to_controller
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -33,6 +34,12 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
     """Every topic of the request at once (the controller still grows one topic at a
     time: PartitionRouting's lock); the waits for the new partitions' leaders overlap
     and end by the request's timeout, which the client waits by too."""
+    allowed = ctx.lifecycle is not None and not any(
+        topic_denied(ctx, call, Operation.ALTER, t.name) for t in call.req.topics
+    )
+    relayed = await relay_to_controller(ctx, call, allowed=allowed, timeout=call.req.timeout)
+    if relayed is not None:
+        return relayed
     names = Counter(t.name for t in call.req.topics)
     settle_by = answer_by(call.req.timeout)
     out = await asyncio.gather(
@@ -81,7 +88,7 @@ API = Api(
     handle,
     error_response,
     summary=(
-        "through the log on the leader (else NOT_CONTROLLER); fewer or equal -> "
+        "through the log on the leader (a follower relays it); fewer or equal -> "
         "INVALID_PARTITIONS; validate_only; assignments checked and honoured with partition "
         "groups, ignored in one group; topic id unchanged"
     ),

@@ -1,5 +1,6 @@
 """CreateTopics: through the log, on the Raft leader (the controller); a follower
-answers NOT_CONTROLLER. topic_id (v7) is filled on every path: the zero UUID where
+relays the request there (sink.kafka.handlers.controller_relay) and answers
+NOT_CONTROLLER only when it knows no controller or cannot reach it. topic_id (v7) is filled on every path: the zero UUID where
 no topic was created.
 
 Configs: every config given is validated (sink.topics.configs) and stored with the
@@ -24,6 +25,7 @@ from kio.schema.create_topics.v7.request import CreateTopicsRequest
 
 from sink.kafka.authorize import may_create_topic
 from sink.kafka.handlers.api import Api, Call, Response, answer_by, later
+from sink.kafka.handlers.controller_relay import relay_to_controller
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -116,6 +118,10 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
     and all end by the request's timeout, which a client also waits by (librdkafka
     gives up on the request a little after it). A name given twice is INVALID_REQUEST
     for each of its entries, as Kafka answers."""
+    allowed = all(may_create_topic(ctx, call, t.name) for t in call.req.topics)
+    relayed = await relay_to_controller(ctx, call, allowed=allowed, timeout=call.req.timeout)
+    if relayed is not None:
+        return relayed
     names = Counter(t.name for t in call.req.topics)
     settle_by = answer_by(call.req.timeout)
     out = await asyncio.gather(
@@ -226,8 +232,8 @@ API = Api(
     handle,
     error_response,
     summary=(
-        "through the log; on a follower NOT_CONTROLLER (clients send it to controller_id = "
-        "leader); configs validated and stored with the topic (INVALID_CONFIG otherwise), "
+        "through the log; a follower relays it to the controller (NOT_CONTROLLER when "
+        "none is known or reachable); configs validated and stored with the topic (INVALID_CONFIG otherwise), "
         "replica assignments checked and placed as given, validate_only; v5+ answers the "
         "effective configs"
     ),

@@ -1,6 +1,7 @@
 """DeleteTopics: through the log, on the Raft leader (the controller); a follower
-answers NOT_CONTROLLER. v1-5 name topics; v6 names them or gives their topic id
-(a name of null). Unknown names answer UNKNOWN_TOPIC_OR_PARTITION, unknown ids
+relays it there (sink.kafka.handlers.controller_relay; NOT_CONTROLLER when it knows no
+controller or cannot reach it). v1-5 name topics; v6 names them or gives their topic
+id (a name of null). Unknown names answer UNKNOWN_TOPIC_OR_PARTITION, unknown ids
 UNKNOWN_TOPIC_ID. After the delete, Produce and Fetch of the topic answer
 UNKNOWN_TOPIC_OR_PARTITION (by id: UNKNOWN_TOPIC_ID); batches of it still in flight
 are refused at apply time; the space goes back as retention compacts the log."""
@@ -15,6 +16,7 @@ from kio.schema.delete_topics.v6.request import DeleteTopicsRequest
 
 from sink.kafka.authorize import topic_allowed
 from sink.kafka.handlers.api import Api, Call, Response, later
+from sink.kafka.handlers.controller_relay import relay_to_controller
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -36,8 +38,16 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
 
 
 async def _delete(ctx: HandlerContext, call: Call) -> bytes:
+    asked = _asked(call.version, call.req)
+    allowed = ctx.lifecycle is not None and all(
+        topic_allowed(ctx, call, Operation.DELETE, _name_of(ctx, name, topic_id))
+        for name, topic_id in asked
+    )
+    relayed = await relay_to_controller(ctx, call, allowed=allowed, timeout=call.req.timeout)
+    if relayed is not None:
+        return relayed
     out = []
-    for name, topic_id in _asked(call.version, call.req):
+    for name, topic_id in asked:
         if ctx.lifecycle is None:
             err, msg = ErrorCode.unsupported_version, "topic deletion is not served here"
         elif not topic_allowed(ctx, call, Operation.DELETE, _name_of(ctx, name, topic_id)):
@@ -93,7 +103,7 @@ API = Api(
     handle,
     error_response,
     summary=(
-        "through the log on the leader (else NOT_CONTROLLER); by name or topic id (v6); "
+        "through the log on the leader (a follower relays it); by name or topic id (v6); "
         "late Produce/Fetch get UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID"
     ),
 )

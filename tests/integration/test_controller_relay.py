@@ -1,0 +1,94 @@
+"""A controller request sent to a node that is no longer the controller is relayed to
+the controller, with a real client: confluent-kafka's AdminClient (librdkafka) learns
+the controller from Metadata once and reads it again only on its periodic refresh
+(5 min by default), so after a leader change it sends CreateTopics, CreatePartitions,
+AlterConfigs and DeleteTopics to the old controller. Each must succeed (a CI failure:
+90 s of NOT_CONTROLLER from a stale controller after an early re-election).
+
+A real 3-node cluster of in-process nodes (real TCP, real fsync); leadership is moved
+by a Raft leadership transfer. That the requests reached the old controller is read
+from its own per-API request counts (KafkaServer.request_seconds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftlog.runtime import NodeOptions
+from tests.helpers.sink_cluster import SinkCluster
+
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+# A one-second election timeout (as test_topic_admin_clients): the leader stays put
+# between the transfer and the requests on a loaded machine.
+STEADY = NodeOptions(tick_ms=50, election_ticks=20)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = SinkCluster(str(tmp_path_factory.mktemp("relay")), auto_create_topics=False, options=STEADY)
+    c.start()
+    c.leader_id()
+    yield c
+    c.stop()
+
+
+def requests_seen(cluster: SinkCluster, node: int, api: str) -> int:
+    def count() -> int:
+        kafka = cluster.nodes[node].kafka
+        assert kafka is not None
+        hist = kafka.request_seconds.get(api)
+        return 0 if hist is None else hist.count
+
+    return cluster.run(count)
+
+
+def move_leadership(cluster: SinkCluster, old: int) -> int:
+    new = next(i for i in cluster.ids if i != old)
+    cluster.call(cluster.nodes[old].service.node.transfer_leader(new, timeout=30), timeout=40)
+    return cluster.leader_id(timeout=30, exclude=old)
+
+
+def test_admin_requests_to_the_old_controller_are_relayed(cluster):
+    old = cluster.leader_id()
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert md.controller_id == old  # librdkafka's controller from now on
+    # librdkafka reads Metadata again when a connection to a broker comes up: one
+    # request to the controller first, so that no connection is still to come.
+    admin.create_topics([NewTopic("warm", 1, 1)], operation_timeout=20)["warm"].result(30)
+    assert requests_seen(cluster, old, "CreateTopics") == 1
+    new = move_leadership(cluster, old)
+    assert new != old
+    before = {
+        api: requests_seen(cluster, old, api)
+        for api in ("CreateTopics", "CreatePartitions", "AlterConfigs", "DeleteTopics")
+    }
+
+    admin.create_topics([NewTopic("relayed", 1, 1)], operation_timeout=20)["relayed"].result(30)
+    admin.create_partitions([NewPartitions("relayed", 3)], operation_timeout=20)["relayed"].result(
+        30
+    )
+    res = ConfigResource(ConfigResource.Type.TOPIC, "relayed", set_config={"retention.ms": "1000"})
+    admin.alter_configs([res])[res].result(30)
+
+    md = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.ports[new]}"}).list_topics(
+        "relayed", timeout=10
+    )
+    assert md.topics["relayed"].error is None
+    assert sorted(md.topics["relayed"].partitions) == [0, 1, 2]
+    admin.delete_topics(["relayed"], operation_timeout=20)["relayed"].result(30)
+
+    after = {api: requests_seen(cluster, old, api) for api in before}
+    # each request went to the old controller (librdkafka did not look again) ...
+    assert all(after[api] == before[api] + 1 for api in before), (before, after)
+    # ... which no longer led, and answered with the new one's answers
+    assert cluster.leader_id(timeout=30) == new
+    fresh = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
+    assert "relayed" not in fresh.topics
+    assert fresh.controller_id == new

@@ -1,0 +1,116 @@
+"""relay_to_controller: when a node relays a controller request (and when it answers
+it itself), against a real TCP listener standing in for the controller's; and how
+long a relay waits. The end-to-end case, librdkafka's admin client and a leader
+change, is tests/integration/test_controller_relay.py."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from datetime import timedelta
+from types import SimpleNamespace
+
+from sink.kafka.handlers.controller_relay import (
+    RELAY_MAX_S,
+    RELAY_TIMEOUT_S,
+    relay_timeout,
+    relay_to_controller,
+)
+
+FRAME = b"\x00\x13\x00\x07\x00\x00\x00\x2a" + b"request body"
+ANSWER = b"\x00\x00\x00\x2a" + b"the controller's answer"
+
+
+class Controller:
+    def __init__(self, leads: bool, endpoint: tuple[int, str, int] | None) -> None:
+        self.node_id = 2
+        self.leads = leads
+        self.endpoint = endpoint
+
+    def is_leader(self) -> bool:
+        return self.leads
+
+    def forward_endpoint(self) -> tuple[int, str, int] | None:
+        return self.endpoint
+
+
+async def _with_controller(run, answer: bool = True):
+    """Run run(port, seen) with a listener on 127.0.0.1 that records each frame it
+    reads in `seen` and answers ANSWER (or closes, answer False)."""
+    seen: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        seen.append(await reader.readexactly(size))
+        if answer:
+            writer.write(struct.pack(">i", len(ANSWER)) + ANSWER)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        return await run(port, seen)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def _ctx(controller: Controller) -> SimpleNamespace:
+    return SimpleNamespace(controller=controller, relay_login=None)
+
+
+def _call(frame: bytes = FRAME) -> SimpleNamespace:
+    return SimpleNamespace(frame=frame, req=object())
+
+
+def test_a_follower_relays_the_frame_and_returns_the_answer_as_is():
+    async def run(port, seen):
+        ctx = _ctx(Controller(False, (1, "127.0.0.1", port)))
+        out = await relay_to_controller(ctx, _call(), timeout=timedelta(seconds=1))
+        return out, seen
+
+    out, seen = asyncio.run(_with_controller(run))
+    assert out == ANSWER and seen == [FRAME]
+
+
+def test_answered_here_without_a_relay():
+    """The controller itself, a client not allowed all of it, no controller known,
+    a controller that is this node by another view, a request without its frame."""
+
+    async def run(port, seen):
+        ep = (1, "127.0.0.1", port)
+        cases = [
+            (_ctx(Controller(True, ep)), _call(), True),
+            (_ctx(Controller(False, ep)), _call(), False),
+            (_ctx(Controller(False, None)), _call(), True),
+            (_ctx(Controller(False, (2, "127.0.0.1", port))), _call(), True),
+            (_ctx(Controller(False, ep)), _call(b""), True),
+        ]
+        outs = [await relay_to_controller(ctx, call, allowed=ok) for ctx, call, ok in cases]
+        return outs, seen
+
+    outs, seen = asyncio.run(_with_controller(run))
+    assert outs == [None] * 5
+    assert seen == []  # nothing reached the controller
+
+
+def test_a_failed_relay_is_answered_here(caplog):
+    """The controller closes without an answer: None (the handler answers
+    NOT_CONTROLLER), and the failure is logged."""
+
+    async def run(port, seen):
+        ctx = _ctx(Controller(False, (1, "127.0.0.1", port)))
+        return await relay_to_controller(ctx, _call()), seen
+
+    out, seen = asyncio.run(_with_controller(run, answer=False))
+    assert out is None and seen == [FRAME]
+    assert any("kafka.forward" in r.getMessage() for r in caplog.records)
+
+
+def test_relay_timeout_follows_the_requests_timeout():
+    assert relay_timeout(None) == RELAY_TIMEOUT_S
+    assert relay_timeout(timedelta(seconds=30)) == 32.0
+    assert relay_timeout(30_000) == 32.0  # ms, as the older schemas give it
+    assert relay_timeout(timedelta(0)) == RELAY_TIMEOUT_S  # never below the default
+    assert relay_timeout(timedelta(hours=1)) == RELAY_MAX_S
