@@ -17,10 +17,11 @@ the test thread; call() runs a coroutine on the cluster's loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 from raftlog.runtime import NodeOptions
@@ -40,6 +41,10 @@ from sink.security.authz_options import AuthorizationOptions
 from sink.service import SinkOptions
 
 FAST = NodeOptions(tick_ms=10, election_ticks=10)
+
+STEADY = NodeOptions(tick_ms=50, election_ticks=20)
+"""A one-second election timeout: on the shared 2-core machine at a load of 15+, FAST's
+100 ms lets elections flap, so every admin call meets a leader change."""
 
 
 class SinkCluster:
@@ -177,3 +182,15 @@ class SinkCluster:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}")
             time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def steady_cluster(base: str, **kw: Any) -> Iterator[SinkCluster]:
+    """A started 3-node SinkCluster on STEADY options with a ready leader; stopped after."""
+    c = SinkCluster(base, options=STEADY, **kw)
+    c.start()
+    try:
+        c.leader_id()
+        yield c
+    finally:
+        c.stop()

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftlog.runtime import NodeOptions
-from tests.helpers.sink_cluster import SinkCluster
+from tests.helpers.sink_cluster import SinkCluster, steady_cluster
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import (  # noqa: E402
@@ -26,18 +25,14 @@ from confluent_kafka.admin import (  # noqa: E402
     NewTopic,
 )
 
-# A one-second election timeout (as test_topic_admin_clients): the leader stays put
-# between the transfer and the requests on a loaded machine.
-STEADY = NodeOptions(tick_ms=50, election_ticks=20)
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = SinkCluster(str(tmp_path_factory.mktemp("relay")), auto_create_topics=False, options=STEADY)
-    c.start()
-    c.leader_id()
-    yield c
-    c.stop()
+    # STEADY's one-second election timeout keeps the leader put between the transfer
+    # and the requests on a loaded machine.
+    base = str(tmp_path_factory.mktemp("relay"))
+    with steady_cluster(base, auto_create_topics=False) as c:
+        yield c
 
 
 def requests_seen(cluster: SinkCluster, node: int, api: str) -> int:

@@ -21,8 +21,7 @@ import time
 
 import pytest
 
-from raftlog.runtime import NodeOptions
-from tests.helpers.sink_cluster import SinkCluster
+from tests.helpers.sink_cluster import STEADY, SinkCluster, steady_cluster
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
@@ -32,18 +31,11 @@ TIMES = [5000, 3000, 9000, 1000, 7000, 8000, 2000]
 LATER = [10_000, 6000]
 
 
-# A one-second election timeout: the shared 2-core machine runs at a load of 15+, where
-# the helpers' 100 ms (FAST) lets elections flap and every admin call meet NOT_CONTROLLER.
-STEADY = NodeOptions(tick_ms=50, election_ticks=20)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = SinkCluster(str(tmp_path_factory.mktemp("sink")), auto_create_topics=False, options=STEADY)
-    c.start()
-    c.leader_id()
-    yield c
-    c.stop()
+    base = str(tmp_path_factory.mktemp("sink"))
+    with steady_cluster(base, auto_create_topics=False) as c:
+        yield c
 
 
 def admin(cluster) -> AdminClient:

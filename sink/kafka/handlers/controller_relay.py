@@ -10,6 +10,10 @@ not the controller relays the exact frame to the one it knows, as a KRaft broker
 forwards these requests to its active controller; none of their responses names a
 broker address, so the reply is good on every listener.
 
+While no node knows a controller (an election), the relay waits for one, up to
+ELECTION_WAIT_S, rather than answering NOT_CONTROLLER at once: librdkafka hands that
+error to the application for a topic creation instead of retrying it.
+
 A relay runs as the relay user (sink.kafka.forward), a super user: the follower
 authorizes first and relays only what the client may do in full (allowed); what it
 may not is answered here, with NOT_CONTROLLER for the rest. NOT_CONTROLLER remains the
@@ -18,11 +22,12 @@ their metadata and send again)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from sink.kafka.forward import ForwardError, forward_frame
 from sink.kafka.handlers.api import Call
-from sink.kafka.handlers.services import HandlerContext
+from sink.kafka.handlers.services import Controller, HandlerContext
 
 log = logging.getLogger("sink.kafka")
 
@@ -36,6 +41,13 @@ own answer, not the relay's timeout, reaches the client."""
 
 RELAY_MAX_S = 120.0
 """No relay waits longer than this, whatever the request's timeout says."""
+
+ELECTION_WAIT_S = 5.0
+"""How long a request waits for a controller to be known when none is (an election
+takes about an election timeout, 1-2 s by default); then NOT_CONTROLLER."""
+
+POLL_S = 0.05
+"""How often that wait looks again (the Raft node learns its leader on other tasks)."""
 
 
 def relay_timeout(timeout: object) -> float:
@@ -53,10 +65,15 @@ async def relay_to_controller(
 ) -> bytes | None:
     """The controller's answer to this request when this node is not the controller
     and knows which node is; None: answer here (this node is the controller, none is
-    known, the client may not do all of it (allowed False), the relay failed).
+    known after ELECTION_WAIT_S, the client may not do all of it (allowed False), the
+    relay failed).
     timeout: the request's timeout field (see relay_timeout)."""
     lead = ctx.controller
-    if not allowed or lead.is_leader() or not call.frame:
+    if not allowed or not call.frame:
+        return None
+    if lead.leader_id() < 0:
+        await _controller_known(lead, min(ELECTION_WAIT_S, relay_timeout(timeout)))
+    if lead.is_leader():
         return None
     ep = lead.forward_endpoint()
     if ep is None or ep[0] == lead.node_id:
@@ -68,3 +85,11 @@ async def relay_to_controller(
     except ForwardError as exc:
         log.warning("kafka.forward %s failed: %s", type(call.req).__name__, exc)
         return None
+
+
+async def _controller_known(lead: Controller, wait_s: float) -> None:
+    """Return once lead knows a controller, or after wait_s."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while lead.leader_id() < 0 and loop.time() < deadline:
+        await asyncio.sleep(POLL_S)

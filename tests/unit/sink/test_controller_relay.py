@@ -10,6 +10,7 @@ import struct
 from datetime import timedelta
 from types import SimpleNamespace
 
+import sink.kafka.handlers.controller_relay as relay_module
 from sink.kafka.handlers.controller_relay import (
     RELAY_MAX_S,
     RELAY_TIMEOUT_S,
@@ -32,6 +33,9 @@ class Controller:
 
     def forward_endpoint(self) -> tuple[int, str, int] | None:
         return self.endpoint
+
+    def leader_id(self) -> int:
+        return self.endpoint[0] if self.endpoint is not None else -1
 
 
 async def _with_controller(run, answer: bool = True):
@@ -74,9 +78,11 @@ def test_a_follower_relays_the_frame_and_returns_the_answer_as_is():
     assert out == ANSWER and seen == [FRAME]
 
 
-def test_answered_here_without_a_relay():
-    """The controller itself, a client not allowed all of it, no controller known,
-    a controller that is this node by another view, a request without its frame."""
+def test_answered_here_without_a_relay(monkeypatch):
+    """The controller itself, a client not allowed all of it, no controller known
+    (after the election wait), a controller that is this node by another view, a
+    request without its frame."""
+    monkeypatch.setattr(relay_module, "ELECTION_WAIT_S", 0.05)
 
     async def run(port, seen):
         ep = (1, "127.0.0.1", port)
@@ -93,6 +99,25 @@ def test_answered_here_without_a_relay():
     outs, seen = asyncio.run(_with_controller(run))
     assert outs == [None] * 5
     assert seen == []  # nothing reached the controller
+
+
+def test_an_election_is_waited_out(monkeypatch):
+    """No controller known: the relay waits until one is (then relays to it), or
+    ELECTION_WAIT_S (then the handler answers NOT_CONTROLLER)."""
+    monkeypatch.setattr(relay_module, "ELECTION_WAIT_S", 0.3)
+
+    async def run(port, seen):
+        electing = Controller(False, None)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.1, setattr, electing, "endpoint", (1, "127.0.0.1", port))
+        relayed = await relay_to_controller(_ctx(electing), _call())
+        t0 = loop.time()
+        never = await relay_to_controller(_ctx(Controller(False, None)), _call())
+        return relayed, never, loop.time() - t0, seen
+
+    relayed, never, waited, seen = asyncio.run(_with_controller(run))
+    assert relayed == ANSWER and seen == [FRAME]
+    assert never is None and waited >= 0.3
 
 
 def test_a_failed_relay_is_answered_here(caplog):
