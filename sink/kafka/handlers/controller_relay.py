@@ -1,8 +1,8 @@
 """A follower's relay of a controller request to the controller (the Raft leader).
 
 Admin clients send CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
-AlterClientQuotas, CreateAcls/DeleteAcls and AlterPartitionReassignments to the
-controller they last read in Metadata. librdkafka reads it again only on its
+AlterClientQuotas, AlterUserScramCredentials, CreateAcls/DeleteAcls and
+AlterPartitionReassignments to the controller they last read in Metadata. librdkafka reads it again only on its
 periodic refresh (topic.metadata.refresh.interval.ms, 5 min by default, and an admin
 client with no topics refreshes nothing else): after a leader change it would keep
 sending to the old controller and read NOT_CONTROLLER for minutes. So a node that is
@@ -10,7 +10,7 @@ not the controller relays the exact frame to the one it knows, as a KRaft broker
 forwards these requests to its active controller; none of their responses names a
 broker address, so the reply is good on every listener.
 
-While no node knows a controller (an election), the relay waits for one, up to
+While this node knows no controller (an election), the relay waits for one, up to
 ELECTION_WAIT_S, rather than answering NOT_CONTROLLER at once: librdkafka hands that
 error to the application for a topic creation instead of retrying it.
 
