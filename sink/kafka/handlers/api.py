@@ -90,10 +90,15 @@ ANSWER_MARGIN_S = 0.5
 a loaded loop): the client waits by the same timeout and drops a later answer."""
 
 
+def timeout_seconds(timeout: Any) -> float:
+    """A request's timeout field in seconds (kio gives a timedelta, older schemas ms)."""
+    return timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout / 1000
+
+
 def answer_by(timeout: Any) -> float:
     """The loop time an admin request with this timeout field (a timedelta, or ms)
     must be answered by: its timeout less ANSWER_MARGIN_S from now."""
-    s = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout / 1000
+    s = timeout_seconds(timeout)
     return asyncio.get_running_loop().time() + max(0.0, s - ANSWER_MARGIN_S)
 
 

@@ -26,7 +26,7 @@ import asyncio
 import logging
 
 from sink.kafka.forward import ForwardError, forward_frame
-from sink.kafka.handlers.api import Call
+from sink.kafka.handlers.api import Call, timeout_seconds
 from sink.kafka.handlers.services import Controller, HandlerContext
 
 log = logging.getLogger("sink.kafka")
@@ -55,9 +55,7 @@ def relay_timeout(timeout: object) -> float:
     ms; None: none)."""
     if timeout is None:
         return RELAY_TIMEOUT_S
-    total = getattr(timeout, "total_seconds", None)
-    s = total() if total is not None else float(timeout) / 1000  # type: ignore[arg-type]
-    return min(RELAY_MAX_S, max(RELAY_TIMEOUT_S, s + RELAY_MARGIN_S))
+    return min(RELAY_MAX_S, max(RELAY_TIMEOUT_S, timeout_seconds(timeout) + RELAY_MARGIN_S))
 
 
 async def relay_to_controller(

@@ -34,24 +34,28 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
     """Every topic of the request at once (the controller still grows one topic at a
     time: PartitionRouting's lock); the waits for the new partitions' leaders overlap
     and end by the request's timeout, which the client waits by too."""
-    allowed = ctx.lifecycle is not None and not any(
-        topic_denied(ctx, call, Operation.ALTER, t.name) for t in call.req.topics
-    )
+    denied = {t.name: topic_denied(ctx, call, Operation.ALTER, t.name) for t in call.req.topics}
+    allowed = ctx.lifecycle is not None and not any(denied.values())
     relayed = await relay_to_controller(ctx, call, allowed=allowed, timeout=call.req.timeout)
     if relayed is not None:
         return relayed
     names = Counter(t.name for t in call.req.topics)
     settle_by = answer_by(call.req.timeout)
     out = await asyncio.gather(
-        *(_grow(ctx, call, t, names[t.name] > 1, settle_by) for t in call.req.topics)
+        *(
+            _grow(ctx, call, t, denied[t.name], names[t.name] > 1, settle_by)
+            for t in call.req.topics
+        )
     )
     return _encode(call.version, call.corr, list(out))
 
 
-async def _grow(ctx: HandlerContext, call: Call, t: Any, duplicate: bool, settle_by: float) -> dict:
+async def _grow(
+    ctx: HandlerContext, call: Call, t: Any, denied: bool, duplicate: bool, settle_by: float
+) -> dict:
     if duplicate:
         err, msg = ErrorCode.invalid_request, f"topic {t.name!r} named twice"
-    elif topic_denied(ctx, call, Operation.ALTER, t.name):
+    elif denied:
         err, msg = ErrorCode.topic_authorization_failed, None
     elif ctx.lifecycle is None:
         err, msg = ErrorCode.unsupported_version, "partition creation is not served here"

@@ -118,20 +118,25 @@ async def _create(ctx: HandlerContext, call: Call) -> bytes:
     and all end by the request's timeout, which a client also waits by (librdkafka
     gives up on the request a little after it). A name given twice is INVALID_REQUEST
     for each of its entries, as Kafka answers."""
-    allowed = all(may_create_topic(ctx, call, t.name) for t in call.req.topics)
-    relayed = await relay_to_controller(ctx, call, allowed=allowed, timeout=call.req.timeout)
+    allowed = {t.name: may_create_topic(ctx, call, t.name) for t in call.req.topics}
+    relayed = await relay_to_controller(
+        ctx, call, allowed=all(allowed.values()), timeout=call.req.timeout
+    )
     if relayed is not None:
         return relayed
     names = Counter(t.name for t in call.req.topics)
     settle_by = answer_by(call.req.timeout)
     out = await asyncio.gather(
-        *(_create_one(ctx, call, t, names[t.name] > 1, settle_by) for t in call.req.topics)
+        *(
+            _create_one(ctx, call, t, allowed[t.name], names[t.name] > 1, settle_by)
+            for t in call.req.topics
+        )
     )
     return _encode(call.version, call.corr, list(out))
 
 
 async def _create_one(
-    ctx: HandlerContext, call: Call, t: Any, duplicate: bool, settle_by: float
+    ctx: HandlerContext, call: Call, t: Any, allowed: bool, duplicate: bool, settle_by: float
 ) -> dict:
     admin = ctx.topic_configs
     defaults = admin.topic_defaults if admin is not None else None
@@ -146,7 +151,7 @@ async def _create_one(
     if duplicate:
         invalid = ErrorCode.invalid_request, f"topic {t.name!r} is named twice in the request"
     configs, config_error = _configs_of(t)
-    if not may_create_topic(ctx, call, t.name):
+    if not allowed:
         err, msg, info = ErrorCode.topic_authorization_failed, "CREATE is not allowed", None
     elif not ctx.controller.is_leader():
         err, msg, info = ErrorCode.not_controller, "not the controller (Raft leader)", None

@@ -39,18 +39,19 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
 
 async def _delete(ctx: HandlerContext, call: Call) -> bytes:
     asked = _asked(call.version, call.req)
-    allowed = ctx.lifecycle is not None and all(
+    permitted = [
         topic_allowed(ctx, call, Operation.DELETE, _name_of(ctx, name, topic_id))
         for name, topic_id in asked
-    )
+    ]
+    allowed = ctx.lifecycle is not None and all(permitted)
     relayed = await relay_to_controller(ctx, call, allowed=allowed, timeout=call.req.timeout)
     if relayed is not None:
         return relayed
     out = []
-    for name, topic_id in asked:
+    for (name, topic_id), may in zip(asked, permitted, strict=True):
         if ctx.lifecycle is None:
             err, msg = ErrorCode.unsupported_version, "topic deletion is not served here"
-        elif not topic_allowed(ctx, call, Operation.DELETE, _name_of(ctx, name, topic_id)):
+        elif not may:
             err, msg = ErrorCode.topic_authorization_failed, "DELETE on the topic is not allowed"
         elif not ctx.controller.is_leader():
             err, msg = ErrorCode.not_controller, "not the controller (Raft leader)"
