@@ -29,10 +29,14 @@ async def main(data_dir: str, seed: int) -> None:
     async def submitter() -> None:
         nonlocal term
         while True:
+            # Report what this submitter saved or appended, never the shared `term`
+            # after an await: another submitter may have raised it meanwhile, and its
+            # hard state may not be durable yet (the parent then saw a "lost" one).
             if rng.random() < 0.02:
                 term += 1
-                await q.save_hard_state(HardState(term, 1, 0))
-                out.write(f"H {term}\n")
+                hs = HardState(term, 1, 0)
+                await q.save_hard_state(hs)
+                out.write(f"H {hs.term}\n")
                 out.flush()
                 continue
             n = rng.randint(1, 20)
@@ -43,7 +47,7 @@ async def main(data_dir: str, seed: int) -> None:
                 for i in range(start, start + n)
             ]
             last = await q.append(batch)
-            out.write(f"A {last} {term}\n")
+            out.write(f"A {last} {batch[-1].term}\n")
             out.flush()
             q.set_applied(last)
 
