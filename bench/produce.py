@@ -12,7 +12,11 @@ raftsink (docs/performance.md explains every figure):
   time subtracted, per acknowledged record and per Produce request;
 - the same producer's closed-loop maximum, then open loop at 25/50/75% of it;
 - a per-stage CPU table of the leader and a follower at 1,000/s (the nodes run under
-  bench/stage_profile.py, switched on for that phase only).
+  bench/stage_profile.py, switched on for that phase only);
+- the floor (bench/produce_floor.py): the 1,000/s phase's request rate and records per
+  request through three bare Python processes (TCP, an fdatasync on each, an answer
+  once a majority has it; no Raft, Kafka or gRPC): the least CPU per record any
+  Python design of this path pays here, beside issue 17's target.
 JetStream: nats-py publish_async with a window of 4,000, then 1,000 msgs/s open loop.
 NOTE: nats-server 2.9 does not fsync per message (acks once a quorum has it in the
 page cache).
@@ -82,6 +86,7 @@ from bench.produce_cpu import (
     profile_phase,
     server_figures,
 )
+from bench.produce_floor import floor
 from bench.produce_tls import main_tls
 
 
@@ -164,6 +169,7 @@ def main() -> int:
             fig["cpu_us_per_request_1k"] = round(one_k["cpu_us_per_request"], 1)
             fig["records_per_request_1k"] = round(one_k["records_per_request"], 2)
             fig["entries_per_request_1k"] = round(one_k["entries_per_request"], 2)
+            fig["requests_per_s_1k"] = round(one_k["requests"] / lat_seconds, 1)
             fig["p50_ms"] = round(one_k["p50_ms"], 2)
             fig["p99_ms"] = round(one_k["p99_ms"], 2)
             fig["p999_ms"] = round(one_k["p999_ms"], 2)
@@ -202,6 +208,21 @@ def main() -> int:
     fig["stages_us_per_record_1k"] = {
         role: {k: round(v, 1) for k, v in t.items() if v >= 0.05} for role, t in stages.items()
     }
+    # The floor under the CPU target, in the same run: the same request rate and records per
+    # request through three bare Python processes (TCP, fdatasync, a majority; nothing else).
+    low = floor(
+        fig["requests_per_s_1k"], load_seconds, fig["records_per_request_1k"], "inline", base
+    )
+    fig["floor_cpu_us_per_record_1k"] = low["cpu_us_per_record"]
+    fig["floor_cpu_us_per_request_1k"] = low["cpu_us_per_request"]
+    fig["floor_system_us_per_request_1k"] = low["system_us_per_request"]
+    fig["floor_p99_ms"] = low["p99_ms"]
+    print(
+        f"  floor (bench/produce_floor.py: 3 bare Python processes, TCP, fdatasync, a majority; "
+        f"{low['rate']:.0f} requests/s of {low['records_per_request']} records): "
+        f"{low['cpu_us_per_record']} us of CPU per record, {low['cpu_us_per_request']} per request "
+        f"({low['system_us_per_request']} in the kernel), p99 {low['p99_ms']} ms"
+    )
     if not args.no_jetstream:
         jetstream(fig, base, nats_seconds, lat_seconds)
     shutil.rmtree(base, ignore_errors=True)
