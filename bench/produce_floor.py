@@ -34,6 +34,7 @@ import asyncio
 import json
 import os
 import queue
+import shutil
 import socket
 import struct
 import subprocess
@@ -235,60 +236,52 @@ def floor(
     records_per_request: float,
     disk: str = "inline",
     base: str | None = None,
+    keep: bool = False,
 ) -> dict:
-    """One measured run: three replica processes, `rate` requests/s for `seconds`."""
+    """One measured run: three replica processes, `rate` requests/s for `seconds` (after
+    a second's warm-up at the same rate). keep: leave the replicas' files (l, f1, f2) in
+    their produce-floor-* directory under base."""
     size = round(BATCH_OVERHEAD + records_per_request * (RECORD_BYTES + 8))
     ports = [_free_port() for _ in range(3)]
-    with tempfile.TemporaryDirectory(prefix="produce-floor-", dir=base) as d:
-        procs = [
-            _spawn(
-                [
-                    "--role",
-                    "follower",
-                    "--port",
-                    str(ports[i]),
-                    "--path",
-                    f"{d}/f{i}",
-                    "--disk",
-                    disk,
-                ]
-            )
-            for i in (1, 2)
-        ]
-        procs.insert(
-            0,
-            _spawn(
-                [
-                    "--role",
-                    "leader",
-                    "--port",
-                    str(ports[0]),
-                    "--path",
-                    f"{d}/l",
-                    "--followers",
-                    f"{ports[1]},{ports[2]}",
-                    "--disk",
-                    disk,
-                ]
-            ),
-        )
-        pids = [p.pid for p in procs]
-        try:
-            import uvloop
+    d = tempfile.mkdtemp(prefix="produce-floor-", dir=base)
+    try:
+        return _measure(d, ports, rate, seconds, records_per_request, disk, size)
+    finally:
+        if not keep:
+            shutil.rmtree(d, ignore_errors=True)
 
-            uvloop.run(_client(ports[0], rate, 1.0, size))  # warm-up, not measured
-            c0, t0 = cpu_seconds(pids), time.perf_counter()
-            time.sleep(3.0)
-            idle_rate = (cpu_seconds(pids) - c0) / (time.perf_counter() - t0)
-            load0 = loadavg()
-            c0, t0, (ut0, st0) = cpu_seconds(pids), time.perf_counter(), _user_system(pids)
-            lat = uvloop.run(_client(ports[0], rate, seconds, size))
-            cpu, wall = cpu_seconds(pids) - c0, time.perf_counter() - t0
-            ut1, st1 = _user_system(pids)
-        finally:
-            for p in procs:
-                p.kill()
-                p.wait()
+
+def _measure(
+    d: str,
+    ports: list[int],
+    rate: float,
+    seconds: float,
+    records_per_request: float,
+    disk: str,
+    size: int,
+) -> dict:
+    def replica(role: str, port: int, path: str, *extra: str) -> subprocess.Popen:
+        return _spawn(["--role", role, "--port", str(port), "--path", path, "--disk", disk, *extra])
+
+    procs = [replica("follower", ports[i], f"{d}/f{i}") for i in (1, 2)]
+    procs.insert(0, replica("leader", ports[0], f"{d}/l", "--followers", f"{ports[1]},{ports[2]}"))
+    pids = [p.pid for p in procs]
+    try:
+        import uvloop
+
+        uvloop.run(_client(ports[0], rate, 1.0, size))  # warm-up, not measured
+        c0, t0 = cpu_seconds(pids), time.perf_counter()
+        time.sleep(3.0)
+        idle_rate = (cpu_seconds(pids) - c0) / (time.perf_counter() - t0)
+        load0 = loadavg()
+        c0, t0, (ut0, st0) = cpu_seconds(pids), time.perf_counter(), _user_system(pids)
+        lat = uvloop.run(_client(ports[0], rate, seconds, size))
+        cpu, wall = cpu_seconds(pids) - c0, time.perf_counter() - t0
+        ut1, st1 = _user_system(pids)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
     n = len(lat)
     per_req = (cpu - idle_rate * wall) / n * 1e6
     return {
