@@ -44,6 +44,11 @@ class ForwardError(Exception):
     """The leader could not be reached or answered badly."""
 
 
+class ForwardUnreachable(ForwardError):
+    """The leader could not be reached: the frame was never sent (no connection, a
+    failed TLS handshake or login), so sending it again cannot apply it twice."""
+
+
 async def forward_frame(
     host: str,
     port: int,
@@ -61,6 +66,8 @@ async def forward_frame(
         return await asyncio.wait_for(
             _exchange(host, port, frame, max_response_bytes, login), timeout
         )
+    except ForwardUnreachable:
+        raise
     except (OSError, TimeoutError, asyncio.IncompleteReadError, LoginError) as exc:
         raise ForwardError(f"forward to {host}:{port} failed: {exc!r}") from exc
 
@@ -69,13 +76,19 @@ async def _exchange(
     host: str, port: int, frame: bytes, max_response_bytes: int, login: Any
 ) -> bytes:
     tls = FORWARD_TLS.get()
-    if tls is None:
-        reader, writer = await asyncio.open_connection(host, port)
-    else:
-        reader, writer = await asyncio.open_connection(host, port, ssl=tls())
+    try:
+        if tls is None:
+            reader, writer = await asyncio.open_connection(host, port)
+        else:
+            reader, writer = await asyncio.open_connection(host, port, ssl=tls())
+    except OSError as exc:  # ssl.SSLError is an OSError
+        raise ForwardUnreachable(f"forward to {host}:{port} failed: {exc!r}") from exc
     try:
         if login is not None:
-            await sasl_login(reader, writer, login)
+            try:
+                await sasl_login(reader, writer, login)
+            except (OSError, asyncio.IncompleteReadError, LoginError) as exc:
+                raise ForwardUnreachable(f"forward to {host}:{port} failed: {exc!r}") from exc
         writer.write(_SIZE.pack(len(frame)) + frame)
         await writer.drain()
         (size,) = _SIZE.unpack(await reader.readexactly(4))

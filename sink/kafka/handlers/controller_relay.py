@@ -12,7 +12,10 @@ broker address, so the reply is good on every listener.
 
 While this node knows no controller (an election), the relay waits for one, up to
 ELECTION_WAIT_S, rather than answering NOT_CONTROLLER at once: librdkafka hands that
-error to the application for a topic creation instead of retrying it.
+error to the application for a topic creation instead of retrying it. Likewise a
+controller that cannot be reached (killed: this node still names it until its election
+timeout) is tried again, the new one once known, within the same ELECTION_WAIT_S;
+a request that may have been delivered is never sent twice.
 
 A relay runs as the relay user (sink.kafka.forward), a super user: the follower
 authorizes first and relays only what the client may do in full (allowed); what it
@@ -25,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from sink.kafka.forward import ForwardError, forward_frame
+from sink.kafka.forward import ForwardError, ForwardUnreachable, forward_frame
 from sink.kafka.handlers.api import Call, timeout_seconds
 from sink.kafka.handlers.services import Controller, HandlerContext
 
@@ -42,12 +45,17 @@ own answer, not the relay's timeout, reaches the client."""
 RELAY_MAX_S = 120.0
 """No relay waits longer than this, whatever the request's timeout says."""
 
-ELECTION_WAIT_S = 5.0
+ELECTION_WAIT_S = 10.0
 """How long a request waits for a controller to be known when none is (an election
 takes about an election timeout, 1-2 s by default); then NOT_CONTROLLER."""
 
 POLL_S = 0.05
 """How often that wait looks again (the Raft node learns its leader on other tasks)."""
+
+UNREACHABLE_RETRY_S = 0.5
+"""A controller that could not be reached (the request never sent: a killed process
+refuses connections) is tried again once another is known, or after this long (the
+same one restarting), until ELECTION_WAIT_S from the request's arrival."""
 
 
 def relay_timeout(timeout: object) -> float:
@@ -69,20 +77,38 @@ async def relay_to_controller(
     lead = ctx.controller
     if not allowed or not call.frame:
         return None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(ELECTION_WAIT_S, relay_timeout(timeout))
     if lead.leader_id() < 0:
-        await _controller_known(lead, min(ELECTION_WAIT_S, relay_timeout(timeout)))
-    if lead.is_leader():
-        return None
-    ep = lead.forward_endpoint()
-    if ep is None or ep[0] == lead.node_id:
-        return None
-    try:
-        return await forward_frame(
-            ep[1], ep[2], call.frame, timeout=relay_timeout(timeout), login=ctx.relay_login
-        )
-    except ForwardError as exc:
-        log.warning("kafka.forward %s failed: %s", type(call.req).__name__, exc)
-        return None
+        await _controller_known(lead, deadline - loop.time())
+    while True:
+        if lead.is_leader():
+            return None
+        ep = lead.forward_endpoint()
+        if ep is None or ep[0] == lead.node_id:
+            return None
+        try:
+            return await forward_frame(
+                ep[1], ep[2], call.frame, timeout=relay_timeout(timeout), login=ctx.relay_login
+            )
+        except ForwardUnreachable as exc:
+            # Never sent (the controller died, or is restarting): look again until a
+            # controller takes it, as an election follows a dead one.
+            if loop.time() >= deadline:
+                log.warning("kafka.forward %s failed: %s", type(call.req).__name__, exc)
+                return None
+            await _controller_changed(lead, ep[0], min(UNREACHABLE_RETRY_S, deadline - loop.time()))
+        except ForwardError as exc:
+            log.warning("kafka.forward %s failed: %s", type(call.req).__name__, exc)
+            return None
+
+
+async def _controller_changed(lead: Controller, failed: int, wait_s: float) -> None:
+    """Return once lead names a controller other than failed, or after wait_s."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while lead.leader_id() in (failed, -1) and loop.time() < deadline:
+        await asyncio.sleep(POLL_S)
 
 
 async def _controller_known(lead: Controller, wait_s: float) -> None:

@@ -139,3 +139,49 @@ def test_relay_timeout_follows_the_requests_timeout():
     assert relay_timeout(30_000) == 32.0  # ms, as the older schemas give it
     assert relay_timeout(timedelta(0)) == RELAY_TIMEOUT_S  # never below the default
     assert relay_timeout(timedelta(hours=1)) == RELAY_MAX_S
+
+
+def _closed_port() -> int:
+    """A port nothing listens on (bound, then closed): connections are refused there,
+    as at a killed controller's listener."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_controller_is_retried_at_the_next_one(monkeypatch):
+    """The controller this node names refuses connections (killed; this node names it
+    until its election timeout): the frame was never sent, so the relay tries again
+    and reaches the controller elected next. Still unreachable by ELECTION_WAIT_S:
+    answered here (NOT_CONTROLLER), the failure logged."""
+    monkeypatch.setattr(relay_module, "ELECTION_WAIT_S", 0.6)
+    dead = _closed_port()
+
+    async def run(port, seen):
+        loop = asyncio.get_running_loop()
+        lead = Controller(False, (3, "127.0.0.1", dead))
+        loop.call_later(0.2, setattr, lead, "endpoint", (1, "127.0.0.1", port))
+        moved = await relay_to_controller(_ctx(lead), _call(), timeout=timedelta(seconds=5))
+        t0 = loop.time()
+        stays = _ctx(Controller(False, (3, "127.0.0.1", dead)))
+        never = await relay_to_controller(stays, _call(), timeout=timedelta(seconds=5))
+        return moved, never, loop.time() - t0, seen
+
+    moved, never, waited, seen = asyncio.run(_with_controller(run))
+    assert moved == ANSWER and seen == [FRAME]  # sent once, to the live controller
+    assert never is None and 0.6 <= waited < 3
+
+
+def test_a_request_that_may_have_been_delivered_is_not_sent_again(monkeypatch):
+    """The controller read the frame and closed without an answer: it may have applied
+    it, so the relay does not send it again (even with time left) and answers here."""
+    monkeypatch.setattr(relay_module, "ELECTION_WAIT_S", 2.0)
+
+    async def run(port, seen):
+        ctx = _ctx(Controller(False, (1, "127.0.0.1", port)))
+        return await relay_to_controller(ctx, _call(), timeout=timedelta(seconds=5)), seen
+
+    out, seen = asyncio.run(_with_controller(run, answer=False))
+    assert out is None and seen == [FRAME]
