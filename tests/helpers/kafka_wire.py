@@ -65,23 +65,29 @@ def request(port: int, api_key: int, version: int, values: dict, corr: int = 1):
     return resp
 
 
+def metadata_of(port: int, topic: str):
+    """Metadata v8 for one topic (no auto-creation, no authorized operations) as the
+    node at 127.0.0.1:port answers it: the response body."""
+    return request(
+        port,
+        3,
+        8,
+        {
+            "topics": [{"name": topic}],
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+
+
 def topic_ready_at(port: int, topic: str, partitions: int) -> bool:
     """True when the node at 127.0.0.1:port answers Metadata for topic with every partition
     led. A node learns a created topic when it applies the entry, which on a follower may be
     after CreateTopics answered (as on Kafka, where brokers learn metadata asynchronously): a
     client that treats UNKNOWN_TOPIC_OR_PARTITION as fatal (kcat -G) waits for this first."""
     try:
-        md = request(
-            port,
-            3,
-            8,
-            {
-                "topics": [{"name": topic}],
-                "allow_auto_topic_creation": False,
-                "include_cluster_authorized_operations": False,
-                "include_topic_authorized_operations": False,
-            },
-        )
+        md = metadata_of(port, topic)
     except OSError:
         return False
     return any(

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sink.process_cluster import SinkProcessCluster
-from tests.helpers.kafka_wire import request
+from tests.helpers.kafka_wire import metadata_of
 
 BALANCE_ON_TEST_TIMINGS = [
     "--cluster-leader-balance-interval-s",
@@ -61,17 +61,7 @@ def wait_for(cond, timeout: float, what, poll=None) -> None:
 
 def metadata(port: int, topic: str) -> dict[int, tuple[int, int, list[int]]]:
     """partition -> (leader, leader epoch, replicas) as the node at port answers."""
-    md = request(
-        port,
-        3,
-        8,
-        {
-            "topics": [{"name": topic}],
-            "allow_auto_topic_creation": False,
-            "include_cluster_authorized_operations": False,
-            "include_topic_authorized_operations": False,
-        },
-    )
+    md = metadata_of(port, topic)
     out = {}
     for t in md.topics:
         if t.name == topic and t.error_code == 0:

@@ -22,7 +22,7 @@ pytest.importorskip("confluent_kafka")
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.helpers.kafka_wire import request
+from tests.helpers.kafka_wire import metadata_of, request
 from tests.helpers.partition_groups import create_topic, groups_cluster, kafka_port, wait_for
 
 TOPIC = "live-brokers"
@@ -32,17 +32,7 @@ PARTITIONS = 6
 def _seen(port: int) -> tuple[list[int], dict[int, int], int, list[int]]:
     """(Metadata's brokers, partition -> leader, controller, DescribeCluster's brokers)
     as the node at port answers."""
-    md = request(
-        port,
-        3,
-        8,
-        {
-            "topics": [{"name": TOPIC}],
-            "allow_auto_topic_creation": False,
-            "include_cluster_authorized_operations": False,
-            "include_topic_authorized_operations": False,
-        },
-    )
+    md = metadata_of(port, TOPIC)
     leaders = {
         p.partition_index: p.leader_id for t in md.topics if t.name == TOPIC for p in t.partitions
     }
