@@ -1,7 +1,6 @@
 """DescribeCluster (KIP-700): the cluster id, every node with the address this
 listener advertises but those this node declares down (as Metadata: HandlerContext.
-live_brokers), and as the controller this node, which relays controller requests
-(HandlerContext.controller_for_clients, as a KRaft broker names a live broker).
+live_brokers), and the controller: the Raft leader (-1 while leaderless or down).
 endpoint_type 2 (controllers, v1) is refused with UNSUPPORTED_ENDPOINT_TYPE as a
 broker does. cluster_authorized_operations: the principal's bit set on the cluster
 when include_cluster_authorized_operations asks (sink.kafka.authorize), else
@@ -44,7 +43,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             ErrorCode.none,
             ctx.controller.cluster_id,
             brokers,
-            ctx.controller_for_clients(),
+            ctx.live_broker(ctx.controller.leader_id()),
             ops,
         )
     )
@@ -83,6 +82,6 @@ API = Api(
     error_response,
     summary=(
         "cluster id, every node at this listener's addresses but those this node declares "
-        "down; controller = the answering node (it relays controller requests, KIP-590)"
+        "down, controller = Raft leader"
     ),
 )

@@ -3,12 +3,11 @@ leader_id = the group's leader (while leaderless: the best guess, see
 SinkService.leader_hint; LEADER_NOT_AVAILABLE only when there is none),
 leader_epoch = the group's term, replica_nodes = its voters, isr_nodes and
 offline_replicas as the group reports them; node ids this listener does not
-advertise are left out. controller_id = this node, which relays controller requests
-to the controller (HandlerContext.controller_for_clients, as KRaft's KIP-590).
+advertise are left out. controller_id = the controller (Controller.leader_id).
 Brokers: every advertised node but those this node declares down (node liveness,
-HandlerContext.live_brokers), as Kafka lists only live registrations; a leader
-declared down reads -1 (LEADER_NOT_AVAILABLE: clients look again), never an id
-missing from the broker list.
+HandlerContext.live_brokers), as Kafka lists only live registrations; a leader or
+controller declared down reads -1 (LEADER_NOT_AVAILABLE for a partition: clients
+look again), never an id missing from the broker list.
 Topics asked for are auto-created if allowed; a node that is not the controller
 relays such a request to it, which creates them.
 
@@ -163,7 +162,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         "throttle_time": 0,
         "brokers": _broker_list(ctx),
         "cluster_id": ctx.controller.cluster_id,
-        "controller_id": ctx.controller_for_clients(),
+        "controller_id": ctx.live_broker(ctx.controller.leader_id()),
         "topics": topics,
         "cluster_authorized_operations": cluster_ops,
     }
@@ -198,8 +197,7 @@ API = Api(
     error_response,
     summary=(
         "every node with its advertised address but those this node declares down (node "
-        "liveness; a leader declared down reads -1); controller_id = the answering node, "
-        "which relays controller requests (KIP-590); per partition: leader = "
+        "liveness; a leader or controller declared down reads -1); per partition: leader = "
         "its Raft group's leader, leader_epoch = that group's term, replicas = its voters; "
         "topic_id stable for the topic's life; auto-creation"
     ),

@@ -491,20 +491,6 @@ class HandlerContext:
         me = self.controller.node_id
         return {i: a for i, a in brokers.items() if i == me or i not in down}
 
-    def controller_for_clients(self) -> int:
-        """The controller_id Metadata and DescribeCluster give: this node itself, which
-        takes every controller request (a node that is not the controller relays it to
-        the one that is: controller_relay), as a KRaft broker names a random live broker
-        (KIP-590) and forwards. Naming the Raft leader instead made every admin client
-        that read Metadata before the leader died wait for that dead node: librdkafka
-        does not read Metadata again while it waits for its controller (5 minutes, its
-        periodic refresh). The controller group's leader: `raftsink status`. -1 only if
-        this listener does not advertise this node."""
-        me = self.controller.node_id
-        return (
-            me if me in self.advertised.brokers else self.live_broker(self.controller.leader_id())
-        )
-
     def live_broker(self, node: int) -> int:
         """node as a broker id that live_brokers lists: -1 if it is not advertised or
         declared down (a leader or controller id Metadata must not name)."""

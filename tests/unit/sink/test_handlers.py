@@ -117,8 +117,7 @@ def test_metadata_and_find_coordinator():
 def test_metadata_and_describe_cluster_leave_out_nodes_declared_down():
     """As Kafka lists only live broker registrations: a node this node's liveness
     declares down is not a broker, nor a partition's leader (-1, LEADER_NOT_AVAILABLE:
-    clients look again); this node is always listed, and names itself the controller
-    (it relays controller requests, as a KRaft broker names a live broker)."""
+    clients look again), nor the controller (-1); this node is always listed."""
     three = {1: ("127.0.0.1", 9092), 2: ("127.0.0.1", 9093), 3: ("127.0.0.1", 9094)}
     node = MemoryNode(node_id=1, leader_id=2, brokers=three)
     node.apply(commands.encode_create_topic("t", 1, uuid.uuid4()))
@@ -136,10 +135,10 @@ def test_metadata_and_describe_cluster_leave_out_nodes_declared_down():
             dc.controller_id,
         )
 
-    assert seen(set()) == ([1, 2, 3], (2, 0), 1, [1, 2, 3], 1)
-    assert seen({3}) == ([1, 2], (2, 0), 1, [1, 2], 1)
-    assert seen({2}) == ([1, 3], (-1, 5), 1, [1, 3], 1)
-    assert seen({1, 2, 3}) == ([1], (-1, 5), 1, [1], 1)  # itself: never left out
+    assert seen(set()) == ([1, 2, 3], (2, 0), 2, [1, 2, 3], 2)
+    assert seen({3}) == ([1, 2], (2, 0), 2, [1, 2], 2)
+    assert seen({2}) == ([1, 3], (-1, 5), -1, [1, 3], -1)
+    assert seen({1, 2, 3}) == ([1], (-1, 5), -1, [1], -1)  # itself: never left out
     node.lead = 1
     assert seen({1, 2, 3}) == ([1], (1, 0), 1, [1], 1)
 
