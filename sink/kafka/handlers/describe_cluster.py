@@ -1,6 +1,5 @@
 """DescribeCluster (KIP-700): the cluster id, every node with the address this
-listener advertises but those this node declares down (as Metadata: HandlerContext.
-live_brokers), and the controller: the Raft leader (-1 while leaderless or down).
+listener advertises, and the controller: the Raft leader (-1 while leaderless).
 endpoint_type 2 (controllers, v1) is refused with UNSUPPORTED_ENDPOINT_TYPE as a
 broker does. cluster_authorized_operations: the principal's bit set on the cluster
 when include_cluster_authorized_operations asks (sink.kafka.authorize), else
@@ -31,7 +30,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         )
     brokers = [
         {"broker_id": i, "host": h, "port": p, "rack": None}
-        for i, (h, p) in sorted(ctx.live_brokers().items())
+        for i, (h, p) in sorted(ctx.brokers.items())
     ]
     ops = NOT_REQUESTED
     if getattr(call.req, "include_cluster_authorized_operations", False):
@@ -43,7 +42,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             ErrorCode.none,
             ctx.controller.cluster_id,
             brokers,
-            ctx.live_broker(ctx.controller.leader_id()),
+            ctx.leader_id(),
             ops,
         )
     )
@@ -80,8 +79,5 @@ API = Api(
     (0, 1),
     handle,
     error_response,
-    summary=(
-        "cluster id, every node at this listener's addresses but those this node declares "
-        "down, controller = Raft leader"
-    ),
+    summary="cluster id, every node at this listener's addresses, controller = Raft leader",
 )

@@ -4,10 +4,6 @@ SinkService.leader_hint; LEADER_NOT_AVAILABLE only when there is none),
 leader_epoch = the group's term, replica_nodes = its voters, isr_nodes and
 offline_replicas as the group reports them; node ids this listener does not
 advertise are left out. controller_id = the controller (Controller.leader_id).
-Brokers: every advertised node but those this node declares down (node liveness,
-HandlerContext.live_brokers), as Kafka lists only live registrations; a leader or
-controller declared down reads -1 (LEADER_NOT_AVAILABLE for a partition: clients
-look again), never an id missing from the broker list.
 Topics asked for are auto-created if allowed; a node that is not the controller
 relays such a request to it, which creates them.
 
@@ -44,7 +40,7 @@ _NO_TOPIC_ID = uuid.UUID(int=0)
 def _broker_list(ctx: HandlerContext) -> list[dict]:
     return [
         {"node_id": i, "host": h, "port": p, "rack": None}
-        for i, (h, p) in sorted(ctx.live_brokers().items())
+        for i, (h, p) in sorted(ctx.brokers.items())
     ]
 
 
@@ -64,9 +60,7 @@ def _topic_entry(ctx: HandlerContext, name: str, error: ErrorCode) -> dict[str, 
 def _partition_entry(ctx: HandlerContext, name: str, index: int) -> dict[str, Any]:
     """One partition as its group stands now; ids filtered to this listener's brokers."""
     role = ctx.role(name, index)
-    # while leaderless: the best guess, not -1; but never a node declared down (not in
-    # the broker list: the client would have nowhere to send)
-    leader = ctx.live_broker(role.hint)
+    leader = ctx.broker(role.hint)  # while leaderless: the best guess, not -1
     advertised = ctx.advertised.brokers
     return {
         "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
@@ -162,7 +156,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         "throttle_time": 0,
         "brokers": _broker_list(ctx),
         "cluster_id": ctx.controller.cluster_id,
-        "controller_id": ctx.live_broker(ctx.controller.leader_id()),
+        "controller_id": ctx.leader_id(),
         "topics": topics,
         "cluster_authorized_operations": cluster_ops,
     }
@@ -196,9 +190,8 @@ API = Api(
     handle,
     error_response,
     summary=(
-        "every node with its advertised address but those this node declares down (node "
-        "liveness; a leader or controller declared down reads -1); per partition: leader = "
-        "its Raft group's leader, leader_epoch = that group's term, replicas = its voters; "
-        "topic_id stable for the topic's life; auto-creation"
+        "every node with its advertised address; per partition: leader = its Raft group's "
+        "leader, leader_epoch = that group's term, replicas = its voters; topic_id stable "
+        "for the topic's life; auto-creation"
     ),
 )

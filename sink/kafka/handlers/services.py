@@ -22,7 +22,7 @@ import graph (sink.groups.membership is a leaf).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -433,9 +433,6 @@ class HandlerContext:
     roles: PartitionRoles | None = None
     """Each partition's leadership (of_node sets it; None only in contexts that
     answer no partition request)."""
-    peers_down: Callable[[], frozenset[int]] = frozenset
-    """The nodes this node declares down now (node liveness; SinkService.peers_down):
-    Metadata and DescribeCluster leave them out (see live_brokers). Default: none."""
     draining: bool = False
     """The listener drains for a graceful shutdown (KafkaServer.drain): a Fetch
     long-poll answers with what it has instead of waiting out max_wait."""
@@ -470,33 +467,11 @@ class HandlerContext:
             authorizer=getattr(service, "authorizer", None),
             moves=getattr(service, "partition_moves", None),
             roles=service,
-            peers_down=getattr(service, "peers_down", frozenset),
         )
 
     @property
     def brokers(self) -> dict[int, tuple[str, int]]:
         return self.advertised.brokers
-
-    def live_brokers(self) -> dict[int, tuple[str, int]]:
-        """The brokers Metadata and DescribeCluster list: every advertised node but
-        those this node declares down (node liveness), as Kafka lists only brokers
-        whose registration is live, so clients do not pick a dead node to bootstrap
-        from or look a coordinator up on (KafkaJS does, and then retries). This node
-        itself is always listed: it is answering. A view of this node only (another may
-        differ for a moment); a node listed again answers again."""
-        down = self.peers_down()
-        brokers = self.advertised.brokers
-        if not down:
-            return brokers
-        me = self.controller.node_id
-        return {i: a for i, a in brokers.items() if i == me or i not in down}
-
-    def live_broker(self, node: int) -> int:
-        """node as a broker id that live_brokers lists: -1 if it is not advertised or
-        declared down (a leader or controller id Metadata must not name)."""
-        if node not in self.advertised.brokers:
-            return -1
-        return -1 if node != self.controller.node_id and node in self.peers_down() else node
 
     def leader_id(self) -> int:
         """The controller as a broker id of this listener, -1 if none is known."""

@@ -114,35 +114,6 @@ def test_metadata_and_find_coordinator():
     assert int(fc.error_code) == 15  # COORDINATOR_NOT_AVAILABLE
 
 
-def test_metadata_and_describe_cluster_leave_out_nodes_declared_down():
-    """As Kafka lists only live broker registrations: a node this node's liveness
-    declares down is not a broker, nor a partition's leader (-1, LEADER_NOT_AVAILABLE:
-    clients look again), nor the controller (-1); this node is always listed."""
-    three = {1: ("127.0.0.1", 9092), 2: ("127.0.0.1", 9093), 3: ("127.0.0.1", 9094)}
-    node = MemoryNode(node_id=1, leader_id=2, brokers=three)
-    node.apply(commands.encode_create_topic("t", 1, uuid.uuid4()))
-
-    def seen(down: set[int]):
-        node.peers_down = lambda: frozenset(down)
-        md = call(node, 3, 12)
-        part = md.topics[0].partitions[0]
-        dc = call(node, 60, 1)
-        return (
-            sorted(b.node_id for b in md.brokers),
-            (part.leader_id, int(part.error_code)),
-            md.controller_id,
-            sorted(b.broker_id for b in dc.brokers),
-            dc.controller_id,
-        )
-
-    assert seen(set()) == ([1, 2, 3], (2, 0), 2, [1, 2, 3], 2)
-    assert seen({3}) == ([1, 2], (2, 0), 2, [1, 2], 2)
-    assert seen({2}) == ([1, 3], (-1, 5), -1, [1, 3], -1)
-    assert seen({1, 2, 3}) == ([1], (-1, 5), -1, [1], -1)  # itself: never left out
-    node.lead = 1
-    assert seen({1, 2, 3}) == ([1], (1, 0), 1, [1], 1)
-
-
 def test_metadata_without_auto_create():
     md = call(MemoryNode(auto_create_topics=False), 3, 9)
     assert [(t.name, int(t.error_code)) for t in md.topics] == [("t", 3)]
