@@ -274,10 +274,10 @@ def _measure(
         time.sleep(3.0)
         idle_rate = (cpu_seconds(pids) - c0) / (time.perf_counter() - t0)
         load0 = loadavg()
-        c0, t0, (ut0, st0) = cpu_seconds(pids), time.perf_counter(), _user_system(pids)
+        t0, (ut0, st0) = time.perf_counter(), _user_system(pids)
         lat = uvloop.run(_client(ports[0], rate, seconds, size))
-        cpu, wall = cpu_seconds(pids) - c0, time.perf_counter() - t0
-        ut1, st1 = _user_system(pids)
+        wall, (ut1, st1) = time.perf_counter() - t0, _user_system(pids)
+        cpu = (ut1 + st1) - (ut0 + st0)  # the same /proc fields cpu_seconds sums
     finally:
         for p in procs:
             p.kill()
