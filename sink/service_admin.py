@@ -40,10 +40,14 @@ class AdminOps:
             )
         except Exception as exc:
             err = _error_of(exc)
-            # InitProducerId speaks coordinator errors: NOT_COORDINATOR makes
-            # clients look the coordinator (the leader) up again.
+            # InitProducerId speaks coordinator errors; leadership lost is
+            # COORDINATOR_LOAD_IN_PROGRESS, retried as is (see the handler's docstring).
             return (
-                (ErrorCode.not_coordinator if err == ErrorCode.not_leader_or_follower else err),
+                (
+                    ErrorCode.coordinator_load_in_progress
+                    if err == ErrorCode.not_leader_or_follower
+                    else err
+                ),
                 -1,
                 -1,
             )

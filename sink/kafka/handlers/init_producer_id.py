@@ -8,7 +8,14 @@ error would keep it retrying until its timeout. Until transactions exist, no
 transactional id is authorized.
 
 A follower relays the request to the leader (librdkafka keeps asking the same
-broker), answering NOT_COORDINATOR only if that fails.
+broker). When no leader can allocate (none known, the relay failed, leadership
+lost mid-write) the answer is COORDINATOR_LOAD_IN_PROGRESS, as Kafka's own
+producer-id manager answers while it waits for a block: every client retries the
+same request. Never NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE: an idempotent
+producer has no coordinator, and kafka-python 3.0 answers those by looking one up
+with a null key (FindCoordinator v4 with coordinator_keys [null], a malformed
+request any broker closes the connection on), after which it never produces
+(tests/integration/test_idempotent_no_leader.py).
 """
 
 from __future__ import annotations
@@ -42,9 +49,9 @@ async def _run(ctx: HandlerContext, call: Call) -> bytes:
             return await forward_frame(ep[1], ep[2], call.frame, login=ctx.relay_login)
         except ForwardError as exc:
             log.warning("kafka.forward init_producer_id failed: %s", exc)
-            err, pid, epoch = ErrorCode.not_coordinator, -1, -1
+            err, pid, epoch = ErrorCode.coordinator_load_in_progress, -1, -1
     elif not lead.is_leader():
-        err, pid, epoch = ErrorCode.not_coordinator, -1, -1
+        err, pid, epoch = ErrorCode.coordinator_load_in_progress, -1, -1
     else:
         err, pid, epoch = await ctx.producer_ids.init_producer_id()
     return _encode(call.version, call.corr, err, pid, epoch)
