@@ -5,7 +5,10 @@ offset and timestamp, leader_epoch the term of the entry holding it; offset -1 a
 timestamp -1 when no record is that late). Lookups use the partition's time index
 and decode one batch (sink/state/time_lookup.py); LogAppendTime topics compare the
 append time stored in the batch header. A time before the log start answers the
-first retained record.
+first retained record. -5 (latest tiered, v9+, KIP-1005) and -6 (earliest pending
+upload, v11+, KIP-1023) answer offset -1, timestamp -1, leader_epoch -1, as Kafka
+answers them for a topic without tiered storage: raftsink tiers nothing. v10's
+timeout (for reads from remote storage) has nothing to wait for and is ignored.
 
 v0 (pre-KIP-79) answers an array, old_style_offsets, of at most max_num_offsets
 offsets, newest first: Kafka lists the log end and then the base offsets of the
@@ -25,7 +28,7 @@ import asyncio
 import logging
 from typing import Any
 
-from kio.schema.list_offsets.v8.request import ListOffsetsRequest
+from kio.schema.list_offsets.v11.request import ListOffsetsRequest
 
 from sink.kafka.authorize import topic_allowed
 from sink.kafka.handlers.api import Api, Call, Response, answered
@@ -37,6 +40,8 @@ from sink.security.acl import Operation
 
 log = logging.getLogger("sink.kafka")
 _SPECIAL = (-1, -2, -4)
+_TIERED = (-5, -6)
+"""Latest tiered (KIP-1005) and earliest pending upload (KIP-1023): nothing is tiered."""
 
 
 def _leader_error(role: PartitionRole) -> ErrorCode:
@@ -93,6 +98,8 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
                     entry.update(offset=hw, leader_epoch=epoch)
                 elif ts in (-2, -4):
                     entry.update(offset=start, leader_epoch=epoch)
+                elif ts in _TIERED:
+                    pass  # the entry's -1 / -1 / -1: no tiered storage
                 elif call.version > 0:
                     entry.update(_by_time(fsm, t.name, p.partition_index, ts))
                 if call.version == 0:
@@ -159,12 +166,12 @@ def error_response(version: int, corr: int, req: Any, code: ErrorCode) -> bytes 
 
 API = Api(
     ListOffsetsRequest,
-    (0, 8),
+    (0, 11),
     handle,
     error_response,
     summary=(
         "-1 latest (high watermark), -2/-4 earliest, -3 the record with the largest "
-        "timestamp; a real timestamp: the exact first record at or after it (time index + "
+        "timestamp, -5/-6 (tiered) -1; a real timestamp: the exact first record at or after it (time index + "
         "one decoded batch), -1/-1 when none; v0 answers old_style_offsets: latest [high "
         "watermark, log start], earliest [log start], cut to max_num_offsets; per partition "
         "on its group's leader, current_leader_epoch checked (FENCED/UNKNOWN_LEADER_EPOCH)"

@@ -62,6 +62,7 @@ def request_values(api_key: int, records: bytes | None = None) -> dict:
         return {
             "replica_id": -1,
             "isolation_level": 0,
+            "timeout": 30000,
             "topics": [
                 {
                     "name": "t",

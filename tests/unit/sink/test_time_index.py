@@ -169,3 +169,26 @@ def test_list_offsets_handler_answers_the_record():
     assert ask(8, -3) == (0, 3, 400)
     assert ask(8, -1) == (0, 4, -1)
     assert ask(8, -2) == (0, 0, -1)
+
+
+@pytest.mark.parametrize("version", [9, 10, 11])
+def test_list_offsets_tiered_specs_answer_nothing_tiered(version):
+    """-5 latest tiered (v9+) and -6 earliest pending upload (v11): -1 / -1 / -1, as Kafka
+    answers without tiered storage (a lookup by time -5 would answer offset 0); the other
+    specs answer as in v8 (v10's timeout is read and ignored)."""
+    from tests.unit.sink.requests import request_values
+    from tests.unit.sink.test_handlers import call
+
+    node = node_with([[100, 300, 200], [400]])
+
+    def ask(ts):
+        values = request_values(2)
+        values["topics"][0]["partitions"][0]["timestamp"] = ts
+        p = call(node, 2, version, values).topics[0].partitions[0]
+        return int(p.error_code), p.offset, p.timestamp, p.leader_epoch
+
+    assert ask(-5) == (0, -1, -1, -1)
+    assert ask(-6) == (0, -1, -1, -1)
+    assert ask(-1)[:3] == (0, 4, -1)
+    assert ask(-3)[:3] == (0, 3, 400)
+    assert ask(250)[:3] == (0, 1, 300)
