@@ -35,7 +35,7 @@ from typing import Any
 
 from raftlog.runtime import RaftNode
 from sink.groups import GroupOptions, GroupRuntime
-from sink.kafka.handlers.services import PartitionRole
+from sink.kafka.handlers.services import PartitionRole, QuorumState
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import BatchHeader
 from sink.lifecycle.sequence_gaps import SequenceGaps
@@ -236,6 +236,25 @@ class SinkService(AdminOps):
 
     def leader_epoch(self) -> int:
         return self.node.term
+
+    def quorum(self) -> QuorumState:
+        n = self.node
+        m = n.membership()
+        follows = n.core.progress if n.is_leader() else {}
+        last = n.queue.last_index()
+
+        def log_end(node: int) -> int:
+            if node == self.node_id:
+                return last
+            return follows[node].match if node in follows else -1
+
+        return QuorumState(
+            leader_id=self.leader_id(),
+            leader_epoch=n.term,
+            high_watermark=n.commit_index,
+            voters=tuple((v, log_end(v)) for v in m["voters"]),
+            observers=tuple((v, log_end(v)) for v in m["learners"]),
+        )
 
     def forward_endpoint(self) -> tuple[int, str, int] | None:
         """Where a follower forwards requests to the leader: its INTERNAL

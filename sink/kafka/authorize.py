@@ -51,6 +51,7 @@ from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.describe_log_dirs.v4.request import DescribeLogDirsRequest
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest
+from kio.schema.describe_quorum.v2.request import DescribeQuorumRequest
 from kio.schema.describe_user_scram_credentials.v0.request import (
     DescribeUserScramCredentialsRequest,
 )
@@ -140,6 +141,7 @@ GATES: dict[int, Callable[[Any], list[Need]]] = {
         (OffsetDeleteRequest, _group(Operation.DELETE)),  # its topics: in the handler
         (DescribeClusterRequest, _cluster(Operation.DESCRIBE)),
         (DescribeLogDirsRequest, _cluster(Operation.DESCRIBE)),
+        (DescribeQuorumRequest, _cluster(Operation.DESCRIBE)),
         (DescribeClientQuotasRequest, _cluster(Operation.DESCRIBE_CONFIGS)),
         (AlterClientQuotasRequest, _cluster(Operation.ALTER_CONFIGS)),
         (DescribeUserScramCredentialsRequest, _cluster(Operation.DESCRIBE)),

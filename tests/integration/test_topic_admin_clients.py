@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from tests.helpers.kafka_wire import topic_ready_at
 from tests.helpers.sink_cluster import STEADY, SinkCluster, steady_cluster
 
 ck = pytest.importorskip("confluent_kafka")
@@ -406,3 +407,38 @@ def test_librdkafka_producer_survives_its_state_expiring(tmp_path):
         assert c.run(lambda: sum(sn.producer_expiry.expired_total for sn in c.nodes.values())) >= 1
     finally:
         c.stop()
+
+
+def test_kafka_python_describe_quorum_and_tiered_offsets(cluster):
+    """kafka-python 3's describe_metadata_quorum (DescribeQuorum v2) from every node:
+    the controller group's leader, its voters with their log ends, and each node's own
+    listener addresses; latest-tiered offsets (ListOffsets v9) answer -1 (no tiering)."""
+    kafka = pytest.importorskip("kafka")
+    from kafka.admin import KafkaAdminClient, OffsetSpec
+
+    topic = "quorum-kp"
+    create(cluster, topic)
+    lead = cluster.leader_id()
+    ports = {i: cluster.ports[i] for i in cluster.nodes}
+    deadline = time.monotonic() + 30  # a follower learns the topic when it applies it
+    while not all(topic_ready_at(port, topic, 1) for port in ports.values()):
+        assert time.monotonic() < deadline, f"{topic} not known to every node"
+        time.sleep(0.05)
+    for node, port in ports.items():
+        a = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}")
+        try:
+            q = a.describe_metadata_quorum()
+            (part,) = q["topics"][0]["partitions"]
+            assert q["topics"][0]["topic_name"] == "__cluster_metadata"
+            assert part["error"] is None, (node, part)
+            assert part["leader_id"] == lead and part["high_watermark"] > 0
+            voters = {v["replica_id"]: v["log_end_offset"] for v in part["current_voters"]}
+            assert sorted(voters) == sorted(cluster.nodes)
+            assert voters[lead] >= part["high_watermark"]
+            assert all(0 <= end <= voters[lead] for end in voters.values()), voters
+            assert {n["node_id"]: n["listeners"][0]["port"] for n in q["nodes"]} == ports
+            tp = kafka.TopicPartition(topic, 0)
+            tiered = a.list_partition_offsets({tp: OffsetSpec.LATEST_TIERED})
+            assert tiered[tp].offset == -1, (node, tiered)
+        finally:
+            a.close()

@@ -34,6 +34,7 @@ from sink.kafka.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_quorum,
     describe_user_scram_credentials,
     fetch,
     find_coordinator,
@@ -99,6 +100,7 @@ _MODULES = (
     delete_acls,
     alter_partition_reassignments,
     list_partition_reassignments,
+    describe_quorum,
 )
 
 REGISTRY: MappingProxyType[int, Api] = MappingProxyType(

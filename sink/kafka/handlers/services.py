@@ -100,6 +100,28 @@ class Controller(Protocol):
         """Where a node that is not the controller relays controller requests."""
         ...
 
+    def quorum(self) -> QuorumState:
+        """The controller group's Raft quorum as this node sees it (DescribeQuorum)."""
+        ...
+
+
+class QuorumState(NamedTuple):
+    """The controller group's quorum (Kafka's DescribeQuorum of __cluster_metadata).
+    Offsets are Raft log indexes: an index is the number of entries up to and including
+    it, so a log end offset (Kafka's next offset) is the last index, and the high
+    watermark the commit index. Only the leader knows the others' log ends (their match
+    indexes); elsewhere they are -1."""
+
+    leader_id: int
+    """-1 while none is known."""
+    leader_epoch: int
+    """The group's term."""
+    high_watermark: int
+    voters: tuple[tuple[int, int], ...]
+    """(node id, log end offset) per voter, by node id."""
+    observers: tuple[tuple[int, int], ...]
+    """The same for learners (members that do not vote)."""
+
 
 class PartitionRole(NamedTuple):
     """One partition's leadership as this node knows it now: the state of the Raft

@@ -18,7 +18,7 @@ from raftlog.storage.errors import LogRangeError
 from sink.groups import GroupOptions, GroupRuntime
 from sink.kafka import KafkaLimits
 from sink.kafka.handlers import SUPPORTED, Advertised, HandlerContext
-from sink.kafka.handlers.services import PartitionRole
+from sink.kafka.handlers.services import PartitionRole, QuorumState
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import BatchHeader
 from sink.lifecycle.topics import TopicLifecycle
@@ -166,6 +166,14 @@ class MemoryNode:
 
     def forward_endpoint(self) -> tuple[int, str, int] | None:
         return None  # nowhere to relay: followers answer from local state
+
+    def quorum(self) -> QuorumState:
+        """Every broker a voter; the leader knows every log end (the one log's)."""
+        last = len(self.log.entries)
+        ends = tuple(
+            (b, last if self.is_leader() or b == self.node_id else -1) for b in sorted(self.brokers)
+        )
+        return QuorumState(self.lead, self.term, last, ends, ())
 
     # ------------------------------------------------------ PartitionRoles
 

@@ -264,6 +264,10 @@ def request_values(api_key: int, records: bytes | None = None) -> dict:
         }
     if api_key == 46:
         return {"timeout": 5000, "topics": [{"name": "t", "partition_indexes": [0, 1]}]}
+    if api_key == 55:
+        return {
+            "topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]
+        }
     acl = _acl_values(api_key)
     if acl is not None:
         return acl

@@ -319,3 +319,33 @@ def test_create_topics_answers_a_name_given_twice_invalid_request_and_creates_th
     answers = [(t.name, int(t.error_code)) for t in call(node, 19, 5, values).topics]
     assert answers == [("t", 42), ("other", 0), ("t", 42)]  # in the request's order
     assert node.fsm.topic("t") is None and node.fsm.topic("other") is not None
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_describe_quorum_on_the_leader_and_elsewhere(version):
+    """__cluster_metadata-0 only; the leader describes its quorum, a node that is not the
+    leader and cannot relay answers NOT_LEADER_OR_FOLLOWER, another partition
+    UNKNOWN_TOPIC_OR_PARTITION (Kafka's KafkaRaftClient answers)."""
+    node = MemoryNode()
+    node.apply(commands.encode_create_topic("t", 1, uuid.uuid4()))
+    values = request_values(55)
+    values["topics"] = [
+        {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]},
+        {"topic_name": "t", "partitions": [{"partition_index": 0}]},
+    ]
+    r = call(node, 55, version, values)
+    assert int(r.error_code) == 0
+    meta, other = r.topics
+    p = meta.partitions[0]
+    assert (int(p.error_code), p.leader_id, p.leader_epoch) == (0, node.node_id, node.term)
+    assert p.high_watermark == len(node.log.entries) > 0
+    assert [(v.replica_id, v.log_end_offset) for v in p.current_voters] == [
+        (b, p.high_watermark) for b in sorted(node.brokers)
+    ]
+    assert list(p.observers) == []
+    assert int(other.partitions[0].error_code) == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    if version >= 2:
+        assert sorted(n.node_id for n in r.nodes) == sorted(node.brokers)
+    follower = MemoryNode(node_id=2, leader_id=1)
+    r = call(follower, 55, version, request_values(55))
+    assert int(r.topics[0].partitions[0].error_code) == 6  # NOT_LEADER_OR_FOLLOWER
