@@ -161,6 +161,8 @@ class SinkService(AdminOps):
         self.routing: Any = None
         # Replica moves (sink.node.replica_moves.MoveOps), set with routing; None: none.
         self.partition_moves: Any = None
+        # Preferred-leader elections (sink.node.preferred_election), set with routing.
+        self.leader_elections: Any = None
         # What the handlers read partitions from (sink.kafka.server): the applied state,
         # or with partition groups sink.node.routed_reads.RoutedReads.
         self.partition_reads: Any = fsm
@@ -260,6 +262,9 @@ class SinkService(AdminOps):
         """Where a follower forwards requests to the leader: its INTERNAL
         Kafka address, whichever listener the client came in on."""
         return self.leader_endpoint()
+
+    def relay_endpoint(self, node: int) -> tuple[str, int] | None:
+        return self.brokers.get(node)
 
     def leader_endpoint(self) -> tuple[int, str, int] | None:
         lead = self.leader_id()

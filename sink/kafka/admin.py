@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import io
 import struct
 from collections.abc import Sequence
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_response_schema
 from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest
 from kio.schema.describe_client_quotas.v1.request import DescribeClientQuotasRequest
 from kio.schema.metadata.v12.request import MetadataRequest
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
-from sink.kafka.protocol.build import build
+from sink.kafka.protocol.build import encode_request
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.sasl_login import LoginError, sasl_login
 
@@ -40,18 +39,7 @@ class AdminError(Exception):
 
 
 def _encode_request(api_key: int, version: int, corr: int, client_id: str, values: dict) -> bytes:
-    cls = load_request_schema(api_key, version)
-    hdr_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    header = {
-        "request_api_key": api_key,
-        "request_api_version": version,
-        "correlation_id": corr,
-        "client_id": client_id,
-    }
-    entity_writer(hdr_cls)(buf, build(hdr_cls, header))
-    entity_writer(cls)(buf, build(cls, values))
-    body = buf.getvalue()
+    body = encode_request(api_key, version, corr, client_id, values)
     return _SIZE.pack(len(body)) + body
 
 

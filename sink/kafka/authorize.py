@@ -55,6 +55,7 @@ from kio.schema.describe_quorum.v2.request import DescribeQuorumRequest
 from kio.schema.describe_user_scram_credentials.v0.request import (
     DescribeUserScramCredentialsRequest,
 )
+from kio.schema.elect_leaders.v2.request import ElectLeadersRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
@@ -142,6 +143,7 @@ GATES: dict[int, Callable[[Any], list[Need]]] = {
         (DescribeClusterRequest, _cluster(Operation.DESCRIBE)),
         (DescribeLogDirsRequest, _cluster(Operation.DESCRIBE)),
         (DescribeQuorumRequest, _cluster(Operation.DESCRIBE)),
+        (ElectLeadersRequest, _cluster(Operation.ALTER)),
         (DescribeClientQuotasRequest, _cluster(Operation.DESCRIBE_CONFIGS)),
         (AlterClientQuotasRequest, _cluster(Operation.ALTER_CONFIGS)),
         (DescribeUserScramCredentialsRequest, _cluster(Operation.DESCRIBE)),

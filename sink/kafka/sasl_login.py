@@ -6,15 +6,14 @@ leader (sink.kafka.forward) send before their request."""
 from __future__ import annotations
 
 import asyncio
-import io
 import struct
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_response_schema
 from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
-from sink.kafka.protocol.build import build
+from sink.kafka.protocol.build import encode_request
 from sink.kafka.protocol.errors import ErrorCode
 from sink.security.sasl_client import Login, LoginExchange
 from sink.security.scram import ScramError
@@ -28,17 +27,8 @@ class LoginError(Exception):
 
 
 def _frame(api_key: int, version: int, corr: int, values: dict) -> bytes:
-    cls = load_request_schema(api_key, version)
-    buf = io.BytesIO()
-    header = {
-        "request_api_key": api_key,
-        "request_api_version": version,
-        "correlation_id": corr,
-        "client_id": "raftsink-login",
-    }
-    entity_writer(cls.__header_schema__)(buf, build(cls.__header_schema__, header))
-    entity_writer(cls)(buf, build(cls, values))
-    return _SIZE.pack(buf.tell()) + buf.getvalue()
+    body = encode_request(api_key, version, corr, "raftsink-login", values)
+    return _SIZE.pack(len(body)) + body
 
 
 async def _ask(

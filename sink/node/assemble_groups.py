@@ -27,6 +27,7 @@ from sink.node.data_groups import DataGroups
 from sink.node.host_labels import HostAnnouncer, labels_settled, unregistered, voter_hosts
 from sink.node.leaders import LeaderPoller, LeadersTable
 from sink.node.pipeline_commits import PipelineCommits
+from sink.node.preferred_election import PreferredElections
 from sink.node.replica_moves import MoveDriver, MoveOps
 from sink.node.routed_reads import RoutedReads
 from sink.node.routing import PartitionRouting
@@ -99,6 +100,9 @@ class GroupsWiring:
         )
         self.move_ops = MoveOps(node, fsm, self._voter_hosts, self.data_groups.wake)
         service.partition_moves = self.move_ops  # the Kafka reassignment APIs
+        service.leader_elections = PreferredElections(  # ElectLeaders
+            self.data_groups, self.host.peers_down, cfg.node_id
+        )
         self.leaders = LeadersTable()
         self.leader_poller = LeaderPoller(
             cfg.node_id,

@@ -147,8 +147,14 @@ def test_move_a_partition_off_its_leader_while_producing(groups4):
     # The old node let go of the group, data and all; the new one has everything.
     wait_for(lambda: group_row(cluster, leader) == {}, 60, "the old node to drop its replica")
     groups_dir = os.path.join(cluster.nodes[leader].data_dir, "groups")
-    assert not [d for d in os.listdir(groups_dir) if d != "0" and d.isdigit()], os.listdir(
-        groups_dir
+
+    def data_groups_on_disk() -> list[str]:
+        return [d for d in os.listdir(groups_dir) if d != "0" and d.isdigit()]
+
+    # The host stops listing a removed group before its directory is deleted (closed
+    # first, then removed in a thread: RaftHost.remove_group), so wait for that too.
+    wait_for(
+        lambda: not data_groups_on_disk(), 60, lambda: f"left on disk: {data_groups_on_disk()}"
     )
 
     def caught_up() -> bool:

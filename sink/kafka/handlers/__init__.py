@@ -36,6 +36,7 @@ from sink.kafka.handlers import (
     describe_producers,
     describe_quorum,
     describe_user_scram_credentials,
+    elect_leaders,
     fetch,
     find_coordinator,
     heartbeat,
@@ -101,6 +102,7 @@ _MODULES = (
     alter_partition_reassignments,
     list_partition_reassignments,
     describe_quorum,
+    elect_leaders,
 )
 
 REGISTRY: MappingProxyType[int, Api] = MappingProxyType(

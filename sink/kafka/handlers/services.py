@@ -100,6 +100,11 @@ class Controller(Protocol):
         """Where a node that is not the controller relays controller requests."""
         ...
 
+    def relay_endpoint(self, node: int) -> tuple[str, int] | None:
+        """node's INTERNAL Kafka address, where a request for it is relayed (None:
+        unknown)."""
+        ...
+
     def quorum(self) -> QuorumState:
         """The controller group's Raft quorum as this node sees it (DescribeQuorum)."""
         ...
@@ -333,6 +338,22 @@ class PartitionMoves(Protocol):
         ...
 
 
+class LeaderElections(Protocol):
+    """Preferred-leader elections of partition groups (sink.node.preferred_election):
+    ElectLeaders."""
+
+    def preferred_replica(self, topic: str, partition: int) -> int:
+        """The placement's preferred replica of the partition, -1 if unknown."""
+        ...
+
+    async def elect(
+        self, topic: str, partition: int, timeout_s: float
+    ) -> tuple[ErrorCode, str | None] | None:
+        """Hand the partition's leadership to its preferred replica -> (error, reason);
+        None: this node does not lead the partition's group (ask its leader)."""
+        ...
+
+
 class QuotaAdmin(Protocol):
     """Client quota configuration: read from the applied state, changed through the log."""
 
@@ -452,6 +473,8 @@ class HandlerContext:
     moves: PartitionMoves | None = None
     """Replica moves (None: one group, or a context without them: the reassignment
     APIs answer that nothing can move)."""
+    elections: LeaderElections | None = None
+    """Preferred-leader elections (None: one group, no preferred leader per partition)."""
     roles: PartitionRoles | None = None
     """Each partition's leadership (of_node sets it; None only in contexts that
     answer no partition request)."""
@@ -488,6 +511,7 @@ class HandlerContext:
             acls=getattr(service, "acls", None),
             authorizer=getattr(service, "authorizer", None),
             moves=getattr(service, "partition_moves", None),
+            elections=getattr(service, "leader_elections", None),
             roles=service,
         )
 

@@ -23,7 +23,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
-from sink.kafka.protocol.schemas import response_schema
+from sink.kafka.protocol.schemas import request_schema, response_schema
 
 
 class BuildError(TypeError):
@@ -100,6 +100,25 @@ def encode_entity(correlation_id: int, entity: Any) -> bytes:
     hdr_cls = entity.__header_schema__
     entity_writer(hdr_cls)(buf, hdr_cls(correlation_id=correlation_id))
     entity_writer(type(entity))(buf, entity)
+    return buf.getvalue()
+
+
+def encode_request(
+    api_key: int, version: int, correlation_id: int, client_id: str, values: dict
+) -> bytes:
+    """Request header + the request of (api_key, version) built from values, without the
+    size prefix (what a client, the admin CLI or a relay sends)."""
+    cls = request_schema(api_key, version)
+    hdr_cls = cls.__header_schema__
+    header = {
+        "request_api_key": api_key,
+        "request_api_version": version,
+        "correlation_id": correlation_id,
+        "client_id": client_id,
+    }
+    buf = io.BytesIO()
+    entity_writer(hdr_cls)(buf, build(hdr_cls, header))
+    entity_writer(cls)(buf, build(cls, values))
     return buf.getvalue()
 
 

@@ -17,6 +17,10 @@ from tests.helpers.raft_inprocess import RecordingFSM, wait_until
 
 T = 20  # election ticks
 OPTS = NodeOptions(tick_ms=10, election_ticks=T, quiesce_ticks=4)
+SLOW = NodeOptions(tick_ms=50, election_ticks=T, quiesce_ticks=4)
+"""For the first-election stagger: the voters other than the preferred one campaign 3
+election timeouts later, 3-6 s here rather than 0.6-1.2 s, so a loaded machine's event
+loop stalls (seen: one over 0.6 s while CI ran beside) cannot let another voter win."""
 IDS = (1, 2, 3)
 PEERS = {i: f"local:{i}" for i in IDS}
 GROUPS = (1, 2, 3, 4)
@@ -370,7 +374,7 @@ def test_a_new_group_s_first_leader_is_its_preferred_leader(tmp_path):
                 i,
                 net.transport(i, groups=()),
                 data_dir=os.path.join(c.base, f"n{i}"),
-                options=HostOptions(tick_ms=OPTS.tick_ms, quiesce=True),
+                options=HostOptions(tick_ms=SLOW.tick_ms, quiesce=True),
             )
             await host.start()
             c.hosts[i] = host
@@ -385,7 +389,7 @@ def test_a_new_group_s_first_leader_is_its_preferred_leader(tmp_path):
                         gid,
                         PEERS,
                         RecordingFSM(),
-                        OPTS,
+                        SLOW,
                         seed=i * 100 + gid,
                         incarnations=incs,
                         preferred_leader=pref,

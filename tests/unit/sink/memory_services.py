@@ -167,6 +167,9 @@ class MemoryNode:
     def forward_endpoint(self) -> tuple[int, str, int] | None:
         return None  # nowhere to relay: followers answer from local state
 
+    def relay_endpoint(self, node: int) -> tuple[str, int] | None:
+        return None  # nowhere to relay
+
     def quorum(self) -> QuorumState:
         """Every broker a voter; the leader knows every log end (the one log's)."""
         last = len(self.log.entries)

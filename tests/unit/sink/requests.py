@@ -264,6 +264,12 @@ def request_values(api_key: int, records: bytes | None = None) -> dict:
         }
     if api_key == 46:
         return {"timeout": 5000, "topics": [{"name": "t", "partition_indexes": [0, 1]}]}
+    if api_key == 43:
+        return {
+            "election_type": 0,
+            "topic_partitions": [{"topic": "t", "partitions": [0]}],
+            "timeout": 5000,
+        }
     if api_key == 55:
         return {
             "topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]

@@ -349,3 +349,29 @@ def test_describe_quorum_on_the_leader_and_elsewhere(version):
     follower = MemoryNode(node_id=2, leader_id=1)
     r = call(follower, 55, version, request_values(55))
     assert int(r.topics[0].partitions[0].error_code) == 6  # NOT_LEADER_OR_FOLLOWER
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_elect_leaders_with_one_group(version):
+    """One group: no preferred leader per partition, so nothing to elect while it has a
+    leader; an unknown partition UNKNOWN_TOPIC_OR_PARTITION; v1+ refuses an election type
+    that is neither PREFERRED nor UNCLEAN with INVALID_REQUEST at the top level."""
+    node = MemoryNode()
+    node.apply(commands.encode_create_topic("t", 1, uuid.uuid4()))
+    values = request_values(43)
+    values["topic_partitions"] = [{"topic": "t", "partitions": [0, 7]}]
+    r = call(node, 43, version, values)
+    got = {
+        (x.topic, p.partition_id): int(p.error_code)
+        for x in r.replica_election_results
+        for p in x.partition_result
+    }
+    assert got == {("t", 0): 84, ("t", 7): 3}  # ELECTION_NOT_NEEDED, UNKNOWN_TOPIC_OR_PARTITION
+    if version >= 1:
+        r = call(node, 43, version, values | {"election_type": 1})
+        assert int(r.replica_election_results[0].partition_result[0].error_code) == 84
+        r = call(node, 43, version, values | {"election_type": 5})
+        assert int(r.error_code) == 42 and not r.replica_election_results  # INVALID_REQUEST
+    # null: every partition off its preferred leader; one group has none such
+    r = call(node, 43, version, values | {"topic_partitions": None})
+    assert list(r.replica_election_results) == []

@@ -1,0 +1,115 @@
+"""ElectLeaders on real `raftsink serve` processes with partition groups: a partition whose
+leader moved off its preferred replica (that node was killed and came back; the leader
+balancer is off, so nothing moves it back by itself) is handed back on request, sent to
+a node that does not lead the partition (which passes it on to the leader), and with
+librdkafka's AdminClient.elect_leaders; then there is nothing left to elect."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import ElectionType, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.helpers.kafka_wire import metadata_of, request
+from tests.helpers.partition_groups import (
+    create_topic,
+    groups_cluster,
+    kafka_port,
+    metadata,
+    wait_for,
+)
+
+TOPIC = "elect"
+ELECT_LEADERS = 43
+
+
+def elect(port: int, kind: int, partitions: list[int] | None, version: int = 2) -> dict:
+    """(topic, partition) -> error code of one raw ElectLeaders at 127.0.0.1:port."""
+    tps = None if partitions is None else [{"topic": TOPIC, "partitions": partitions}]
+    values = {"election_type": kind, "topic_partitions": tps, "timeout": 30000}
+    resp = request(port, ELECT_LEADERS, version, values)
+    assert int(resp.error_code) == 0, resp
+    return {
+        (r.topic, int(p.partition_id)): (int(p.error_code), p.error_message)
+        for r in resp.replica_election_results
+        for p in r.partition_result
+    }
+
+
+def isr_at(port: int) -> list[int]:
+    """Partition 0's ISR as the node at port answers Metadata."""
+    for t in metadata_of(port, TOPIC).topics:
+        for p in t.partitions:
+            if p.partition_index == 0:
+                return list(p.isr_nodes)
+    return []
+
+
+@pytest.fixture
+def off_preferred(tmp_path):
+    """(cluster, partition 0's preferred replica, its leader now): that preferred replica
+    was killed, another took the lead, and it is back and in sync."""
+    with groups_cluster(str(tmp_path), 3, ["--cluster-leader-balance", "false"]) as c:
+        create_topic(c, TOPIC, 3, 3)
+        wait_for(
+            lambda: (
+                all(
+                    lead == reps[0] for lead, _e, reps in metadata(kafka_port(c, 1), TOPIC).values()
+                )
+                and len(metadata(kafka_port(c, 1), TOPIC)) == 3
+            ),
+            60,
+            "every partition led by its preferred replica",
+        )
+        _lead, _epoch, replicas = metadata(kafka_port(c, 1), TOPIC)[0]
+        preferred = replicas[0]
+        other = next(n for n in c.alive() if n != preferred)
+        c.kill(preferred)
+        wait_for(
+            lambda: metadata(kafka_port(c, other), TOPIC)[0][0] not in (-1, preferred),
+            60,
+            "a new leader for partition 0",
+        )
+        c.start(preferred)
+        leader = metadata(kafka_port(c, other), TOPIC)[0][0]
+        # In sync as the leader sees it (the leader's host hears from it again).
+        wait_for(
+            lambda: preferred in isr_at(kafka_port(c, leader)),
+            60,
+            lambda: f"node {preferred} in partition 0's ISR at node {leader}",
+        )
+        assert metadata(kafka_port(c, other), TOPIC)[0][0] == leader != preferred
+        yield c, preferred, leader
+
+
+def test_elect_preferred_sent_to_a_node_that_does_not_lead(off_preferred):
+    c, preferred, leader = off_preferred
+    # The third node: neither the partition's leader nor its preferred replica.
+    third = next(n for n in c.alive() if n not in (preferred, leader))
+    got = elect(kafka_port(c, third), 0, [0, 9])
+    assert got[(TOPIC, 0)] == (0, None), got
+    assert got[(TOPIC, 9)][0] == 3, got  # UNKNOWN_TOPIC_OR_PARTITION
+    wait_for(
+        lambda: all(metadata(kafka_port(c, n), TOPIC)[0][0] == preferred for n in c.alive()),
+        30,
+        "every node naming the preferred replica as partition 0's leader",
+    )
+    # Nothing is left to elect: named, ELECTION_NOT_NEEDED; null, nothing listed.
+    assert elect(kafka_port(c, leader), 0, [0])[(TOPIC, 0)][0] == 84
+    assert elect(kafka_port(c, third), 0, None) == {}
+    # UNCLEAN: Raft elects no unclean leader; the partitions have leaders.
+    assert elect(kafka_port(c, third), 1, [0, 1, 2]) == {(TOPIC, p): (84, None) for p in range(3)}
+
+
+def test_librdkafka_elect_leaders(off_preferred):
+    c, preferred, _leader = off_preferred
+    admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+    fut = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(TOPIC, 0)])
+    result = fut.result(timeout=60)
+    errors = {(tp.topic, tp.partition): err for tp, err in result.items()}
+    assert errors == {(TOPIC, 0): None}, errors
+    wait_for(
+        lambda: metadata(kafka_port(c, preferred), TOPIC)[0][0] == preferred,
+        30,
+        "the preferred replica leading partition 0",
+    )
