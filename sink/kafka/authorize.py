@@ -52,6 +52,7 @@ from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.describe_log_dirs.v4.request import DescribeLogDirsRequest
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest
 from kio.schema.describe_quorum.v2.request import DescribeQuorumRequest
+from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.describe_user_scram_credentials.v0.request import (
     DescribeUserScramCredentialsRequest,
 )
@@ -63,6 +64,7 @@ from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest
 from kio.schema.leave_group.v5.request import LeaveGroupRequest
 from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
+from kio.schema.list_transactions.v2.request import ListTransactionsRequest
 from kio.schema.offset_commit.v9.request import OffsetCommitRequest
 from kio.schema.offset_delete.v0.request import OffsetDeleteRequest
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest
@@ -188,11 +190,15 @@ CHECKED_IN_HANDLER = frozenset(
         DescribeGroupsRequest,
         DeleteGroupsRequest,
         OffsetForLeaderEpochRequest,
+        DescribeTransactionsRequest,
+        ListTransactionsRequest,
     )
 ) | frozenset({0, 1, 2, 3, 16, 19, 20})
 """Produce, Fetch, ListOffsets, Metadata, ListGroups, CreateTopics, DeleteTopics, the
 config APIs, OffsetFetch, CreatePartitions, DeleteRecords, DescribeProducers,
-DescribeGroups, DeleteGroups and OffsetForLeaderEpoch: the handlers check each item themselves
+DescribeGroups, DeleteGroups, OffsetForLeaderEpoch, DescribeTransactions and
+ListTransactions (its list is filtered: empty, nothing to check): the handlers check each
+item themselves
 (OffsetCommit's and OffsetDelete's topics too, their group in the gate)."""
 OPEN = frozenset({17, 18, 36})
 """SaslHandshake, ApiVersions, SaslAuthenticate: answered to anyone (Kafka's too)."""

@@ -35,6 +35,7 @@ from sink.kafka.handlers import (
     describe_log_dirs,
     describe_producers,
     describe_quorum,
+    describe_transactions,
     describe_user_scram_credentials,
     elect_leaders,
     fetch,
@@ -47,6 +48,7 @@ from sink.kafka.handlers import (
     list_groups,
     list_offsets,
     list_partition_reassignments,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -103,6 +105,8 @@ _MODULES = (
     list_partition_reassignments,
     describe_quorum,
     elect_leaders,
+    describe_transactions,
+    list_transactions,
 )
 
 REGISTRY: MappingProxyType[int, Api] = MappingProxyType(

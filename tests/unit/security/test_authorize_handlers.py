@@ -358,3 +358,15 @@ def test_offset_for_leader_epoch_refuses_only_the_denied_topic():
     assert got["u"] == 29
     t = next(x for x in r.topics if x.topic == "t").partitions[0]
     assert (got["t"], t.end_offset) == (0, 3), (got, t)
+
+
+def test_describe_transactions_per_id_and_the_cluster_gates_of_the_quorum_apis():
+    node = _node(_allow("tx-a", Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID))
+    r = _call(node, 65, 0)
+    got = {s.transactional_id: int(s.error_code) for s in r.transaction_states}
+    assert got == {"tx-a": 105, "tx-b": 53}  # NOT_FOUND; TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    # DescribeQuorum needs DESCRIBE and ElectLeaders ALTER on the cluster.
+    assert int(_call(node, 55, 2).error_code) == 31  # CLUSTER_AUTHORIZATION_FAILED
+    assert int(_call(node, 43, 2).error_code) == 31
+    admin = _node(_allow("kafka-cluster", Operation.DESCRIBE, ResourceType.CLUSTER))
+    assert int(_call(admin, 55, 2).error_code) == 0

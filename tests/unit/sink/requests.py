@@ -270,6 +270,15 @@ def request_values(api_key: int, records: bytes | None = None) -> dict:
             "topic_partitions": [{"topic": "t", "partitions": [0]}],
             "timeout": 5000,
         }
+    if api_key == 65:
+        return {"transactional_ids": ["tx-a", "tx-b"]}
+    if api_key == 66:
+        return {
+            "state_filters": ["Ongoing", "Bogus"],
+            "producer_id_filters": [],
+            "duration_filter": -1,
+            "transactional_id_pattern": None,
+        }
     if api_key == 55:
         return {
             "topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]

@@ -375,3 +375,22 @@ def test_elect_leaders_with_one_group(version):
     # null: every partition off its preferred leader; one group has none such
     r = call(node, 43, version, values | {"topic_partitions": None})
     assert list(r.replica_election_results) == []
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_list_transactions_is_empty_with_kafka_s_filter_checks(version):
+    node = MemoryNode()
+    r = call(node, 66, version)
+    assert (int(r.error_code), list(r.transaction_states)) == (0, [])
+    assert list(r.unknown_state_filters) == ["Bogus"]
+    if version >= 2:
+        bad = request_values(66) | {"transactional_id_pattern": "tx-(["}
+        assert int(call(node, 66, version, bad).error_code) == 128  # INVALID_REGULAR_EXPRESSION
+        ok = request_values(66) | {"transactional_id_pattern": "tx-.*"}
+        assert int(call(node, 66, version, ok).error_code) == 0
+
+
+def test_describe_transactions_finds_none():
+    r = call(MemoryNode(), 65, 0)
+    got = [(s.transactional_id, int(s.error_code), s.producer_id) for s in r.transaction_states]
+    assert got == [("tx-a", 105, 0), ("tx-b", 105, 0)]  # TRANSACTIONAL_ID_NOT_FOUND
