@@ -81,7 +81,7 @@ async def _elect(ctx: HandlerContext, call: Call) -> bytes:
         for got in sent:
             results.update(got)
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for (topic, partition), (code, msg) in results.items():
+    for (topic, partition), (code, msg) in sorted(results.items()):
         by_topic[topic].append(
             {"partition_id": partition, "error_code": code, "error_message": msg}
         )
