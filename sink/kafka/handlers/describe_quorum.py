@@ -67,7 +67,7 @@ async def _describe(ctx: HandlerContext, call: Call) -> bytes:
             else:
                 parts.append(_partition(lead.quorum()))
         topics.append({"topic_name": t.topic_name, "partitions": parts})
-    nodes = _nodes(ctx, lead.quorum()) if lead.is_leader() else []
+    nodes = _nodes(ctx, [v for v, _end in lead.quorum().voters]) if lead.is_leader() else []
     return _encode(call.version, call.corr, ErrorCode.none, topics, nodes)
 
 
@@ -115,17 +115,14 @@ def _error_part(index: int, code: ErrorCode) -> dict[str, Any]:
     }
 
 
-def _nodes(ctx: HandlerContext, q: QuorumState) -> list[dict[str, Any]]:
+def _nodes(ctx: HandlerContext, ids: list[int]) -> list[dict[str, Any]]:
+    """v2's nodes: each node's Kafka listener as this listener advertises it."""
     brokers = ctx.advertised.brokers
     return [
-        {
-            "node_id": node,
-            "listeners": [
-                {"name": LISTENER_NAME, "host": brokers[node][0], "port": brokers[node][1]}
-            ],
-        }
-        for node, _end in q.voters
-        if node in brokers
+        {"node_id": n, "listeners": [{"name": LISTENER_NAME, "host": h, "port": p}]}
+        for n in ids
+        if n in brokers
+        for h, p in (brokers[n],)
     ]
 
 
@@ -135,21 +132,7 @@ def _nodes_from_here(ctx: HandlerContext, call: Call, reply: bytes) -> bytes:
     _hdr, n = entity_reader(cls.__header_schema__)(reply, 0)
     resp, _ = entity_reader(cls)(reply, n)
     body = dataclasses.asdict(resp)
-    brokers = ctx.advertised.brokers
-    body["nodes"] = [
-        {
-            "node_id": node["node_id"],
-            "listeners": [
-                {
-                    "name": LISTENER_NAME,
-                    "host": brokers[node["node_id"]][0],
-                    "port": brokers[node["node_id"]][1],
-                }
-            ],
-        }
-        for node in body["nodes"]
-        if node["node_id"] in brokers
-    ]
+    body["nodes"] = _nodes(ctx, [node["node_id"] for node in body["nodes"]])
     return encode_response(DescribeQuorumRequest.__api_key__, call.version, call.corr, body)
 
 
