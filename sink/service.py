@@ -263,6 +263,9 @@ class SinkService(AdminOps):
         Kafka address, whichever listener the client came in on."""
         return self.leader_endpoint()
 
+    async def catch_up(self, timeout_s: float) -> None:
+        await self.node.read_index(timeout=timeout_s)
+
     def relay_endpoint(self, node: int) -> tuple[str, int] | None:
         return self.brokers.get(node)
 

@@ -57,6 +57,7 @@ from kio.schema.describe_user_scram_credentials.v0.request import (
     DescribeUserScramCredentialsRequest,
 )
 from kio.schema.elect_leaders.v2.request import ElectLeadersRequest
+from kio.schema.envelope.v0.request import EnvelopeRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
@@ -146,6 +147,7 @@ GATES: dict[int, Callable[[Any], list[Need]]] = {
         (DescribeLogDirsRequest, _cluster(Operation.DESCRIBE)),
         (DescribeQuorumRequest, _cluster(Operation.DESCRIBE)),
         (ElectLeadersRequest, _cluster(Operation.ALTER)),
+        (EnvelopeRequest, _cluster(Operation.CLUSTER_ACTION)),
         (DescribeClientQuotasRequest, _cluster(Operation.DESCRIBE_CONFIGS)),
         (AlterClientQuotasRequest, _cluster(Operation.ALTER_CONFIGS)),
         (DescribeUserScramCredentialsRequest, _cluster(Operation.DESCRIBE)),

@@ -49,7 +49,7 @@ from sink.kafka.conn_input import InputFlow, ProtocolError
 from sink.kafka.conn_memory import MemoryShare
 from sink.kafka.conn_responses import ResponseQueue, consume
 from sink.kafka.forward import FORWARD_TLS
-from sink.kafka.handlers import API_VERSIONS_KEY, REGISTRY, SUPPORTED
+from sink.kafka.handlers import ADVERTISED, API_VERSIONS_KEY, REGISTRY, SUPPORTED
 from sink.kafka.handlers.api_versions import encode_api_versions
 from sink.kafka.protocol.connection import CloseReason, ConnectionState
 from sink.kafka.protocol.errors import ErrorCode
@@ -70,7 +70,7 @@ def _invalid_answer(api_key: int, version: int, corr: int) -> bytes | None:
 
 
 def _fallback(corr: int) -> bytes:
-    return encode_api_versions(0, corr, SUPPORTED, ErrorCode.unsupported_version)
+    return encode_api_versions(0, corr, ADVERTISED, ErrorCode.unsupported_version)
 
 
 class Connection(InputFlow, MemoryShare, Dispatcher, ResponseQueue, asyncio.BufferedProtocol):

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from raftlog.latency import LatencyHistogram
 from sink.kafka.admission import Admission, RefuseReason
+from sink.kafka.authorize import gate
 from sink.kafka.budget import NodeMemory
 from sink.kafka.connection import Connection
-from sink.kafka.handlers import SUPPORTED, Advertised, HandlerContext
+from sink.kafka.handlers import ADVERTISED, REGISTRY, Advertised, Call, HandlerContext, Response
 from sink.kafka.limits import KafkaLimits
 from sink.security.sasl import SaslPolicy, SaslSession
 
@@ -85,8 +86,9 @@ class KafkaServer:
         # Partition reads: the applied state, or with partition groups the data groups'
         # (SinkService.partition_reads; sink.node.routed_reads).
         reads = getattr(service, "partition_reads", None) or service.fsm
-        self.context = HandlerContext.of_node(service, reads, self.limits, adv, SUPPORTED)
+        self.context = HandlerContext.of_node(service, reads, self.limits, adv, ADVERTISED)
         self.context.relay_login = relay_login
+        self.context.relayed = self._run_relayed
         self.principal_rules = principal_rules
         """How a client certificate's subject becomes a principal (sink.security.principal)."""
         self.bound_port = 0
@@ -171,6 +173,15 @@ class KafkaServer:
         users = self.context.users
         lookup = users.credential if users is not None else (lambda _u, _m: None)
         return SaslSession(self.sasl, lookup)  # type: ignore[arg-type]
+
+    async def _run_relayed(self, api_key: int, call: Call) -> Response:
+        """An Envelope's inner request (sink.kafka.handlers.envelope): the gate, then its
+        handler, as the client the envelope names."""
+        api = REGISTRY[api_key]
+        denied = gate(self.context, api_key, call)
+        if denied is not None:
+            return api.error_response(call.version, call.corr, call.req, denied)
+        return await (await api.handle(self.context, call))
 
     def stats(self) -> dict[str, float]:
         """Counters and gauges of this listener (metrics, status)."""

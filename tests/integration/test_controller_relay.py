@@ -3,7 +3,9 @@ the controller, with a real client: confluent-kafka's AdminClient (librdkafka) l
 the controller from Metadata once and reads it again only on its periodic refresh
 (5 min by default), so after a leader change it sends CreateTopics, CreatePartitions,
 IncrementalAlterConfigs and DeleteTopics to the old controller. Each must succeed (a CI failure:
-90 s of NOT_CONTROLLER from a stale controller after an early re-election).
+90 s of NOT_CONTROLLER from a stale controller after an early re-election). Every node
+names itself the controller (KIP-590): the client here knows only the leader's address,
+so its controller is the node that leads at first.
 
 A real 3-node cluster of in-process nodes (real TCP, real fsync); leadership is moved
 by a Raft leadership transfer. That the requests reached the old controller is read
@@ -53,7 +55,7 @@ def move_leadership(cluster: SinkCluster, old: int) -> int:
 
 def test_admin_requests_to_the_old_controller_are_relayed(cluster):
     old = cluster.leader_id()
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.ports[old]}"})
     md = admin.list_topics(timeout=10)
     assert md.controller_id == old  # librdkafka's controller from now on
     # librdkafka reads Metadata again when a connection to a broker comes up: one

@@ -38,6 +38,7 @@ from sink.kafka.handlers import (
     describe_transactions,
     describe_user_scram_credentials,
     elect_leaders,
+    envelope,
     fetch,
     find_coordinator,
     heartbeat,
@@ -107,6 +108,7 @@ _MODULES = (
     elect_leaders,
     describe_transactions,
     list_transactions,
+    envelope,
 )
 
 REGISTRY: MappingProxyType[int, Api] = MappingProxyType(
@@ -117,9 +119,15 @@ REGISTRY: MappingProxyType[int, Api] = MappingProxyType(
 SUPPORTED: MappingProxyType[int, tuple[int, int]] = MappingProxyType(
     {key: api.versions for key, api in REGISTRY.items()}
 )
-"""API key -> (min, max) versions served and advertised in ApiVersions."""
+"""API key -> (min, max) versions served (the listener parses these)."""
+
+ADVERTISED: MappingProxyType[int, tuple[int, int]] = MappingProxyType(
+    {key: api.versions for key, api in REGISTRY.items() if not api.internal}
+)
+"""What ApiVersions advertises: SUPPORTED less the internal APIs (Envelope)."""
 
 __all__ = [
+    "ADVERTISED",
     "API_VERSIONS_KEY",
     "REGISTRY",
     "SUPPORTED",

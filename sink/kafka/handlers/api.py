@@ -68,6 +68,8 @@ class Api:
     error_response: ErrorResponse
     priced: bool = False
     summary: str = ""
+    internal: bool = False
+    """Served but not advertised in ApiVersions (Envelope: only nodes send it)."""
 
     @property
     def key(self) -> int:

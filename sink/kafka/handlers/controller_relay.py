@@ -17,9 +17,12 @@ controller that cannot be reached (killed: this node still names it until its el
 timeout) is tried again, the new one once known, within the same ELECTION_WAIT_S;
 a request that may have been delivered is never sent twice.
 
-A relay runs as the relay user (sink.kafka.forward), a super user: the follower
-authorizes first and relays only what the client may do in full (allowed); what it
-may not is answered here, with NOT_CONTROLLER for the rest. NOT_CONTROLLER remains the
+With authorization on, the frame travels in an Envelope (sink.kafka.handlers.envelope)
+carrying the client's principal and address: the controller authorizes each item as
+that client, so a partly allowed request is relayed whole. Without authorization the
+exact frame is relayed (nothing is checked anywhere). Once a write is answered this
+node waits until it has applied it too (read-your-writes at the node the client asks
+next: every node names itself the controller, sink.kafka.handlers.metadata). NOT_CONTROLLER remains the
 answer when no controller is known or the relay fails (retriable: clients refresh
 their metadata and send again)."""
 
@@ -30,6 +33,7 @@ import logging
 
 from sink.kafka.forward import ForwardError, ForwardUnreachable, forward_frame
 from sink.kafka.handlers.api import Call, timeout_seconds
+from sink.kafka.handlers.envelope import EnvelopeError, unwrap, wrap
 from sink.kafka.handlers.services import Controller, HandlerContext
 
 log = logging.getLogger("sink.kafka")
@@ -67,16 +71,24 @@ def relay_timeout(timeout: object) -> float:
 
 
 async def relay_to_controller(
-    ctx: HandlerContext, call: Call, *, allowed: bool = True, timeout: object = None
+    ctx: HandlerContext,
+    call: Call,
+    *,
+    allowed: bool = True,
+    timeout: object = None,
+    write: bool = True,
 ) -> bytes | None:
     """The controller's answer to this request when this node is not the controller
     and knows which node is; None: answer here (this node is the controller, none is
-    known after ELECTION_WAIT_S, the client may not do all of it (allowed False), the
-    relay failed).
-    timeout: the request's timeout field (see relay_timeout)."""
+    known after ELECTION_WAIT_S, the relay failed, or the client may not do all of it
+    (allowed False) where no envelope carries its principal).
+    timeout: the request's timeout field (see relay_timeout). write: the request
+    changes the controller's state; once answered, this node has applied it too."""
     lead = ctx.controller
-    if not allowed or not call.frame:
+    wrapped = ctx.authorizer is not None  # the controller authorizes as the client
+    if not call.frame or not (allowed or wrapped):
         return None
+    frame = wrap(call) if wrapped else call.frame
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(ELECTION_WAIT_S, relay_timeout(timeout))
     if lead.leader_id() < 0:
@@ -88,9 +100,11 @@ async def relay_to_controller(
         if ep is None or ep[0] == lead.node_id:
             return None
         try:
-            return await forward_frame(
-                ep[1], ep[2], call.frame, timeout=relay_timeout(timeout), login=ctx.relay_login
+            reply = await forward_frame(
+                ep[1], ep[2], frame, timeout=relay_timeout(timeout), login=ctx.relay_login
             )
+            if wrapped:
+                reply = unwrap(reply)
         except ForwardUnreachable as exc:
             # Never sent (the controller died, or is restarting): look again until a
             # controller takes it, as an election follows a dead one.
@@ -98,9 +112,25 @@ async def relay_to_controller(
                 log.warning("kafka.forward %s failed: %s", type(call.req).__name__, exc)
                 return None
             await _controller_changed(lead, ep[0], min(UNREACHABLE_RETRY_S, deadline - loop.time()))
-        except ForwardError as exc:
+            continue
+        except (ForwardError, EnvelopeError) as exc:
             log.warning("kafka.forward %s failed: %s", type(call.req).__name__, exc)
             return None
+        if write:
+            await _applied_here(lead, deadline - loop.time())
+        return reply
+
+
+async def _applied_here(lead: Controller, wait_s: float) -> None:
+    """Read-your-writes: a client that asks this node next (DescribeConfigs after
+    AlterConfigs, `acl list` after `acl add`) sees the write the controller answered for.
+    A linearizable read point through the controller (ReadIndex), then this node's
+    apply up to it; a controller change or timeout only costs the guarantee (logged),
+    never the answer: the write itself is done."""
+    try:
+        await lead.catch_up(max(RELAY_TIMEOUT_S, wait_s))
+    except Exception as exc:
+        log.info("kafka.forward read-your-writes wait failed: %r", exc)
 
 
 async def _controller_changed(lead: Controller, failed: int, wait_s: float) -> None:

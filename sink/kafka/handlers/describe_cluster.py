@@ -1,5 +1,6 @@
 """DescribeCluster (KIP-700): the cluster id, every node with the address this
-listener advertises, and the controller: the Raft leader (-1 while leaderless).
+listener advertises, and as the controller this node, which relays controller requests
+(HandlerContext.controller_for_clients, as a KRaft broker names a live broker).
 endpoint_type 2 (controllers, v1) is refused with UNSUPPORTED_ENDPOINT_TYPE as a
 broker does. cluster_authorized_operations: the principal's bit set on the cluster
 when include_cluster_authorized_operations asks (sink.kafka.authorize), else
@@ -42,7 +43,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
             ErrorCode.none,
             ctx.controller.cluster_id,
             brokers,
-            ctx.leader_id(),
+            ctx.controller_for_clients(),
             ops,
         )
     )
@@ -79,5 +80,8 @@ API = Api(
     (0, 1),
     handle,
     error_response,
-    summary="cluster id, every node at this listener's addresses, controller = Raft leader",
+    summary=(
+        "cluster id, every node at this listener's addresses, controller = the answering "
+        "node (it relays controller requests, KIP-590)"
+    ),
 )

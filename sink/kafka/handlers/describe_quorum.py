@@ -52,7 +52,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
 async def _describe(ctx: HandlerContext, call: Call) -> bytes:
     lead = ctx.controller
     if _asks_metadata_log(call.req) and not lead.is_leader():
-        relayed = await relay_to_controller(ctx, call)
+        relayed = await relay_to_controller(ctx, call, write=False)
         if relayed is not None:
             return relayed if call.version < 2 else _nodes_from_here(ctx, call, relayed)
     topics = []

@@ -3,7 +3,9 @@ leader_id = the group's leader (while leaderless: the best guess, see
 SinkService.leader_hint; LEADER_NOT_AVAILABLE only when there is none),
 leader_epoch = the group's term, replica_nodes = its voters, isr_nodes and
 offline_replicas as the group reports them; node ids this listener does not
-advertise are left out. controller_id = the controller (Controller.leader_id).
+advertise are left out. controller_id = this node, which takes every controller request
+(relayed to the controller in an Envelope: HandlerContext.controller_for_clients, as
+KRaft's brokers name a live broker, KIP-590).
 Topics asked for are auto-created if allowed; a node that is not the controller
 relays such a request to it, which creates them.
 
@@ -156,7 +158,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         "throttle_time": 0,
         "brokers": _broker_list(ctx),
         "cluster_id": ctx.controller.cluster_id,
-        "controller_id": ctx.leader_id(),
+        "controller_id": ctx.controller_for_clients(),
         "topics": topics,
         "cluster_authorized_operations": cluster_ops,
     }
@@ -190,7 +192,8 @@ API = Api(
     handle,
     error_response,
     summary=(
-        "every node with its advertised address; per partition: leader = its Raft group's "
+        "every node with its advertised address; controller_id = the answering node, which "
+        "relays controller requests (KIP-590); per partition: leader = its Raft group's "
         "leader, leader_epoch = that group's term, replicas = its voters; topic_id stable "
         "for the topic's life; auto-creation"
     ),

@@ -109,6 +109,11 @@ class Controller(Protocol):
         """The controller group's Raft quorum as this node sees it (DescribeQuorum)."""
         ...
 
+    async def catch_up(self, timeout_s: float) -> None:
+        """Return once this node applied every controller write committed before the
+        call (a ReadIndex through the controller); raises on timeout or no leader."""
+        ...
+
 
 class QuorumState(NamedTuple):
     """The controller group's quorum (Kafka's DescribeQuorum of __cluster_metadata).
@@ -478,6 +483,10 @@ class HandlerContext:
     roles: PartitionRoles | None = None
     """Each partition's leadership (of_node sets it; None only in contexts that
     answer no partition request)."""
+    relayed: Any = None
+    """(api key, Call) -> awaitable response: runs a request another node relayed in an
+    Envelope, through the authorization gate and its handler as the client that sent it
+    (sink.kafka.server sets it; None: envelopes are refused)."""
     draining: bool = False
     """The listener drains for a graceful shutdown (KafkaServer.drain): a Fetch
     long-poll answers with what it has instead of waiting out max_wait."""
@@ -518,6 +527,19 @@ class HandlerContext:
     @property
     def brokers(self) -> dict[int, tuple[str, int]]:
         return self.advertised.brokers
+
+    def controller_for_clients(self) -> int:
+        """The controller_id Metadata and DescribeCluster give: this node itself, which
+        takes every controller request (a node that is not the controller relays it in
+        an Envelope with the client's principal and waits for its own apply of a write:
+        controller_relay), as a KRaft broker names a live broker (KIP-590) and forwards.
+        Naming the Raft leader made every admin client that read Metadata before the
+        leader died wait for that dead node: librdkafka does not read Metadata again
+        while it waits for its controller (5 minutes, its periodic refresh). The
+        controller group's leader: `raftsink status`, DescribeQuorum. The Raft leader
+        if this listener does not advertise this node."""
+        me = self.controller.node_id
+        return me if me in self.advertised.brokers else self.leader_id()
 
     def leader_id(self) -> int:
         """The controller as a broker id of this listener, -1 if none is known."""

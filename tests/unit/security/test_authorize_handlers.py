@@ -370,3 +370,70 @@ def test_describe_transactions_per_id_and_the_cluster_gates_of_the_quorum_apis()
     assert int(_call(node, 43, 2).error_code) == 31
     admin = _node(_allow("kafka-cluster", Operation.DESCRIBE, ResourceType.CLUSTER))
     assert int(_call(admin, 55, 2).error_code) == 0
+
+
+def _with_relayed(node: MemoryNode):
+    """node's context running envelopes' inner requests as sink.kafka.server does."""
+    ctx = node.context()
+
+    async def relayed(api_key, call):
+        api = REGISTRY[api_key]
+        denied = gate(ctx, api_key, call)
+        if denied is not None:
+            return api.error_response(call.version, call.corr, call.req, denied)
+        return await (await api.handle(ctx, call))
+
+    ctx.relayed = relayed
+    node.context = lambda limits=None: ctx  # type: ignore[method-assign]
+    return node
+
+
+def test_an_envelope_runs_its_request_as_the_client_it_names():
+    """The relay user (a super user here) sends envelopes; the inner request is
+    authorized as the principal inside: alice may not DESCRIBE the cluster, admin may.
+    alice herself may not send an envelope (CLUSTER_ACTION), and only relayed APIs are
+    opened (a Produce inside: INVALID_REQUEST, no data)."""
+    node = _with_relayed(_node())
+    inner = encode(55, 2, request_values(55), corr=77)
+    quorum = response_schema(55, 2)
+
+    def send(principal: str, sender: str = "User:admin", frame: bytes = inner):
+        values = {
+            "request_data": frame,
+            "request_principal": principal.encode(),
+            "client_host_address": bytes([10, 0, 0, 7]),
+        }
+        return _call(node, 58, 0, values, principal=sender)
+
+    def inner_answer(r) -> tuple[int, int]:
+        data = bytes(r.response_data)
+        hdr, n = entity_reader(quorum.__header_schema__)(data, 0)
+        return hdr.correlation_id, int(entity_reader(quorum)(data, n)[0].error_code)
+
+    assert int(send("User:alice").error_code) == 0
+    assert inner_answer(send("User:alice")) == (77, 31)  # CLUSTER_AUTHORIZATION_FAILED
+    assert inner_answer(send("User:admin")) == (77, 0)
+    assert int(send("User:admin", sender=ALICE).error_code) == 31  # no CLUSTER_ACTION
+    r = send("User:admin", frame=encode(0, 9, produce_values(make_batch([b"v"])), corr=5))
+    assert int(r.error_code) == 42 and r.response_data is None  # INVALID_REQUEST
+
+
+def test_envelope_wrap_and_unwrap():
+    """The relay's side: the client's frame and principal go in; the inner answer comes
+    out, and a refused envelope is an EnvelopeError (the relay then answers itself)."""
+    import pytest
+
+    from sink.kafka.handlers.envelope import EnvelopeError, unwrap, wrap
+    from sink.kafka.protocol.build import encode_response
+
+    inner = encode(55, 2, request_values(55), corr=77)
+    c = Call(2, 77, None, inner, client_host="/10.0.0.7", principal="User:bob")
+    frame = wrap(c)
+    cls = request_schema(58, 0)
+    _hdr, n = entity_reader(cls.__header_schema__)(frame, 0)
+    env = entity_reader(cls)(frame, n)[0]
+    assert (bytes(env.request_data), env.request_principal) == (inner, b"User:bob")
+    assert bytes(env.client_host_address) == bytes([10, 0, 0, 7])
+    assert unwrap(encode_response(58, 0, 77, {"response_data": b"in", "error_code": 0})) == b"in"
+    with pytest.raises(EnvelopeError):
+        unwrap(encode_response(58, 0, 77, {"response_data": None, "error_code": 42}))

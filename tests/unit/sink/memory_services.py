@@ -17,7 +17,7 @@ from raftlog.runtime.state_machine import ApplyResult
 from raftlog.storage.errors import LogRangeError
 from sink.groups import GroupOptions, GroupRuntime
 from sink.kafka import KafkaLimits
-from sink.kafka.handlers import SUPPORTED, Advertised, HandlerContext
+from sink.kafka.handlers import ADVERTISED, Advertised, HandlerContext
 from sink.kafka.handlers.services import PartitionRole, QuorumState
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import BatchHeader
@@ -142,7 +142,7 @@ class MemoryNode:
 
     def context(self, limits: KafkaLimits | None = None) -> HandlerContext:
         adv = Advertised(self.brokers, forwarded_replies_usable=True)
-        return HandlerContext.of_node(self, self.fsm, limits or KafkaLimits(), adv, SUPPORTED)
+        return HandlerContext.of_node(self, self.fsm, limits or KafkaLimits(), adv, ADVERTISED)
 
     # ------------------------------------------------------ Leadership
 
@@ -169,6 +169,9 @@ class MemoryNode:
 
     def relay_endpoint(self, node: int) -> tuple[str, int] | None:
         return None  # nowhere to relay
+
+    async def catch_up(self, timeout_s: float) -> None:
+        return None  # one log: applied as committed
 
     def quorum(self) -> QuorumState:
         """Every broker a voter; the leader knows every log end (the one log's)."""

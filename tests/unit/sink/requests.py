@@ -270,6 +270,12 @@ def request_values(api_key: int, records: bytes | None = None) -> dict:
             "topic_partitions": [{"topic": "t", "partitions": [0]}],
             "timeout": 5000,
         }
+    if api_key == 58:
+        return {
+            "request_data": encode(55, 2, request_values(55), corr=3),
+            "request_principal": b"User:alice",
+            "client_host_address": bytes([127, 0, 0, 1]),
+        }
     if api_key == 65:
         return {"transactional_ids": ["tx-a", "tx-b"]}
     if api_key == 66:

@@ -27,6 +27,10 @@ class Controller:
         self.node_id = 2
         self.leads = leads
         self.endpoint = endpoint
+        self.caught_up = 0
+
+    async def catch_up(self, timeout_s: float) -> None:
+        self.caught_up += 1
 
     def is_leader(self) -> bool:
         return self.leads
@@ -61,7 +65,7 @@ async def _with_controller(run, answer: bool = True):
 
 
 def _ctx(controller: Controller) -> SimpleNamespace:
-    return SimpleNamespace(controller=controller, relay_login=None)
+    return SimpleNamespace(controller=controller, relay_login=None, authorizer=None)
 
 
 def _call(frame: bytes = FRAME) -> SimpleNamespace:
@@ -72,10 +76,14 @@ def test_a_follower_relays_the_frame_and_returns_the_answer_as_is():
     async def run(port, seen):
         ctx = _ctx(Controller(False, (1, "127.0.0.1", port)))
         out = await relay_to_controller(ctx, _call(), timeout=timedelta(seconds=1))
-        return out, seen
+        read = _ctx(Controller(False, (1, "127.0.0.1", port)))
+        await relay_to_controller(read, _call(), write=False)
+        return out, seen, ctx.controller.caught_up, read.controller.caught_up
 
-    out, seen = asyncio.run(_with_controller(run))
-    assert out == ANSWER and seen == [FRAME]
+    out, seen, waited, read_waited = asyncio.run(_with_controller(run))
+    assert out == ANSWER and seen == [FRAME, FRAME]
+    # A relayed write is answered once this node applied it too; a read is not held.
+    assert (waited, read_waited) == (1, 0)
 
 
 def test_answered_here_without_a_relay(monkeypatch):

@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from sink.kafka.handlers import SUPPORTED
+from sink.kafka.handlers import ADVERTISED, SUPPORTED
 from sink.kafka.handlers.api_versions import encode_api_versions
 from sink.kafka.protocol import response_schema
 from sink.kafka.protocol.build import build, encode_entity
@@ -147,11 +147,11 @@ def test_api_versions_fallback_is_v0_body_with_error_35():
     from kio.schema.api_versions.v0.response import ApiVersionsResponse
     from kio.serial import entity_reader
 
-    data = encode_api_versions(0, 9, SUPPORTED, 35)
+    data = encode_api_versions(0, 9, ADVERTISED, 35)
     assert data[:4] == b"\x00\x00\x00\x09"  # response header v0
     resp, _ = entity_reader(ApiVersionsResponse)(data, 4)
     assert resp.error_code == 35
-    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == SUPPORTED
+    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == ADVERTISED
 
 
 def test_advertised_apis_gate_librdkafka_features():

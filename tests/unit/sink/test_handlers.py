@@ -9,7 +9,7 @@ import uuid
 import pytest
 from kio.serial import entity_reader
 
-from sink.kafka.handlers import REGISTRY, SUPPORTED, Call
+from sink.kafka.handlers import ADVERTISED, REGISTRY, SUPPORTED, Call
 from sink.kafka.protocol import request_schema, response_schema
 from sink.state import commands
 from tests.unit.sink.batches import make_batch
@@ -159,7 +159,8 @@ def test_init_producer_id_and_offsets():
 
 def test_api_versions_lists_the_registry():
     r = call(MemoryNode(), 18, 3)
-    assert {k.api_key: (k.min_version, k.max_version) for k in r.api_keys} == dict(SUPPORTED)
+    assert {k.api_key: (k.min_version, k.max_version) for k in r.api_keys} == dict(ADVERTISED)
+    assert 58 in SUPPORTED and 58 not in ADVERTISED  # Envelope: served, never advertised
 
 
 def _fetch_by_id(topic_id: uuid.UUID) -> dict:

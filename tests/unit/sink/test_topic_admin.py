@@ -148,7 +148,7 @@ def _fetch(offset):
     return v
 
 
-def test_describe_cluster_names_every_node_and_the_leader():
+def test_describe_cluster_names_every_node_and_itself_as_the_controller():
     node = node_with_topic()
     for version in (0, 1):
         r = call(node, 60, version)
@@ -157,6 +157,8 @@ def test_describe_cluster_names_every_node_and_the_leader():
         assert [(b.broker_id, b.port) for b in r.brokers] == [(1, 9092), (2, 9093)]
     r = call(node, 60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
     assert int(r.error_code) != 0
+    node.node_id = 2  # a follower names itself too: it relays controller requests (KIP-590)
+    assert call(node, 60, 1).controller_id == 2
 
 
 def test_describe_log_dirs_reports_retained_sizes():
