@@ -220,6 +220,13 @@ class SinkService(AdminOps):
         lead = self.node.leader_id
         return lead if lead in self.brokers else -1
 
+    def peers_down(self) -> frozenset[int]:
+        """The nodes this node's Raft host declares down (node liveness): Kafka's
+        Metadata and DescribeCluster leave them out while this node hears a majority
+        (HandlerContext.live_brokers), as Kafka leaves out a broker whose registration
+        lapsed."""
+        return self.node.peers_down()
+
     def leader_hint(self) -> int:
         """Where Kafka clients should send partition traffic: the leader; while
         leaderless, the last leader known (or, if that was this node, another

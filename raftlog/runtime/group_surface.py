@@ -78,6 +78,12 @@ class GroupReadSurface:
         m = core_.membership
         return {"voters": sorted(m.voters), "learners": sorted(m.learners)}
 
+    def peers_down(self) -> frozenset[int]:
+        """The nodes this node's host declares down now (RaftHost.peers_down: node
+        liveness, silent for the silence limit or their stream broken); never this
+        node. A view of this process only. Empty with quiescence off."""
+        return self.host.peers_down()
+
     def in_sync_voters(self, voters: Sequence[int] | None = None) -> tuple[int, ...]:
         """The voters this node counts in sync (sorted; Kafka's ISR): every voter but
         those the host declares down (RaftHost.peers_down: silent for the node-liveness

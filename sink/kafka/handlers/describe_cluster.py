@@ -1,5 +1,6 @@
 """DescribeCluster (KIP-700): the cluster id, every node with the address this
-listener advertises, and as the controller this node, which relays controller requests
+listener advertises but those this node declares down while it hears a majority (as
+Metadata: HandlerContext.live_brokers), and as the controller this node, which relays controller requests
 (HandlerContext.controller_for_clients, as a KRaft broker names a live broker).
 endpoint_type 2 (controllers, v1) is refused with UNSUPPORTED_ENDPOINT_TYPE as a
 broker does. cluster_authorized_operations: the principal's bit set on the cluster
@@ -31,7 +32,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         )
     brokers = [
         {"broker_id": i, "host": h, "port": p, "rack": None}
-        for i, (h, p) in sorted(ctx.brokers.items())
+        for i, (h, p) in sorted(ctx.live_brokers().items())
     ]
     ops = NOT_REQUESTED
     if getattr(call.req, "include_cluster_authorized_operations", False):
@@ -81,7 +82,8 @@ API = Api(
     handle,
     error_response,
     summary=(
-        "cluster id, every node at this listener's addresses, controller = the answering "
+        "cluster id, every node at this listener's addresses (less those declared down, "
+        "from a majority's view), controller = the answering "
         "node (it relays controller requests, KIP-590)"
     ),
 )

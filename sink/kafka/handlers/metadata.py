@@ -6,6 +6,10 @@ offline_replicas as the group reports them; node ids this listener does not
 advertise are left out. controller_id = this node, which takes every controller request
 (relayed to the controller in an Envelope: HandlerContext.controller_for_clients, as
 KRaft's brokers name a live broker, KIP-590).
+Brokers: every advertised node but those this node declares down, while it hears a
+majority (HandlerContext.live_brokers), as Kafka lists only live registrations; a
+partition leader left out reads -1 (LEADER_NOT_AVAILABLE: clients look again), never an
+id missing from the broker list. An isolated node lists every node.
 Topics asked for are auto-created if allowed; a node that is not the controller
 relays such a request to it, which creates them.
 
@@ -42,7 +46,7 @@ _NO_TOPIC_ID = uuid.UUID(int=0)
 def _broker_list(ctx: HandlerContext) -> list[dict]:
     return [
         {"node_id": i, "host": h, "port": p, "rack": None}
-        for i, (h, p) in sorted(ctx.brokers.items())
+        for i, (h, p) in sorted(ctx.live_brokers().items())
     ]
 
 
@@ -62,7 +66,9 @@ def _topic_entry(ctx: HandlerContext, name: str, error: ErrorCode) -> dict[str, 
 def _partition_entry(ctx: HandlerContext, name: str, index: int) -> dict[str, Any]:
     """One partition as its group stands now; ids filtered to this listener's brokers."""
     role = ctx.role(name, index)
-    leader = ctx.broker(role.hint)  # while leaderless: the best guess, not -1
+    # while leaderless: the best guess, not -1; but never a node left out of the broker
+    # list (declared down: the client would have nowhere to send)
+    leader = ctx.live_broker(role.hint)
     advertised = ctx.advertised.brokers
     return {
         "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
@@ -192,7 +198,8 @@ API = Api(
     handle,
     error_response,
     summary=(
-        "every node with its advertised address; controller_id = the answering node, which "
+        "every node with its advertised address (less those declared down, from a "
+        "majority's view; a leader left out reads -1); controller_id = the answering node, which "
         "relays controller requests (KIP-590); per partition: leader = its Raft group's "
         "leader, leader_epoch = that group's term, replicas = its voters; topic_id stable "
         "for the topic's life; auto-creation"

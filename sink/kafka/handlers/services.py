@@ -483,6 +483,10 @@ class HandlerContext:
     roles: PartitionRoles | None = None
     """Each partition's leadership (of_node sets it; None only in contexts that
     answer no partition request)."""
+    peers_down: Any = frozenset
+    """() -> the nodes this node declares down now (node liveness; SinkService.peers_down):
+    Metadata and DescribeCluster leave them out while this node hears a majority (see
+    live_brokers). Default: none."""
     relayed: Any = None
     """(api key, Call) -> awaitable response: runs a request another node relayed in an
     Envelope, through the authorization gate and its handler as the client that sent it
@@ -522,11 +526,48 @@ class HandlerContext:
             moves=getattr(service, "partition_moves", None),
             elections=getattr(service, "leader_elections", None),
             roles=service,
+            peers_down=getattr(service, "peers_down", frozenset),
         )
 
     @property
     def brokers(self) -> dict[int, tuple[str, int]]:
         return self.advertised.brokers
+
+    def live_brokers(self) -> dict[int, tuple[str, int]]:
+        """The brokers Metadata and DescribeCluster list: every advertised node but those
+        this node declares down (node liveness), as Kafka lists only brokers whose
+        registration is live, so clients do not bootstrap from, or look a coordinator up
+        on, a dead node (KafkaJS did, and retried). Only while this node hears a majority
+        of the nodes (itself included): an isolated node's view is its own isolation, not
+        the cluster's, so it lists every node as Kafka's isolated broker keeps its last
+        metadata (listing only itself, it left a producer that asked it with no leader
+        anywhere: librdkafka decommissions the brokers a Metadata answer stops listing).
+        This node itself is always listed: it is answering."""
+        down = self._down_here()
+        brokers = self.advertised.brokers
+        if not down:
+            return brokers
+        return {i: a for i, a in brokers.items() if i not in down}
+
+    def live_broker(self, node: int) -> int:
+        """node as a broker id live_brokers lists: -1 if it is not advertised or left out
+        (a leader id Metadata must not name: the client would have nowhere to send)."""
+        if node not in self.advertised.brokers:
+            return -1
+        return -1 if node in self._down_here() else node
+
+    def _down_here(self) -> frozenset[int]:
+        """The advertised nodes to leave out: those declared down, only while the others
+        (this node among them) are a majority of all advertised nodes."""
+        down = self.peers_down()
+        if not down:
+            return frozenset()
+        me = self.controller.node_id
+        nodes = self.advertised.brokers
+        out = frozenset(i for i in down if i in nodes and i != me)
+        if 2 * (len(nodes) - len(out)) <= len(nodes):
+            return frozenset()
+        return out
 
     def controller_for_clients(self) -> int:
         """The controller_id Metadata and DescribeCluster give: this node itself, which

@@ -114,6 +114,35 @@ def test_metadata_and_find_coordinator():
     assert int(fc.error_code) == 15  # COORDINATOR_NOT_AVAILABLE
 
 
+def test_metadata_and_describe_cluster_leave_out_nodes_declared_down_by_a_majority():
+    """As Kafka lists only live broker registrations: a node declared down is not a
+    broker nor a partition's leader (-1, LEADER_NOT_AVAILABLE: clients look again), while
+    the answering node hears a majority (itself included); an isolated node lists every
+    node and its last leader (its view is its isolation). Itself: always listed, and the
+    controller it names (it relays controller requests)."""
+    five = {i: ("127.0.0.1", 9091 + i) for i in range(1, 6)}
+    node = MemoryNode(node_id=1, leader_id=2, brokers=five)
+    node.apply(commands.encode_create_topic("t", 1, uuid.uuid4()))
+
+    def seen(down: set[int]):
+        node.peers_down = lambda: frozenset(down)
+        md = call(node, 3, 12)
+        part = md.topics[0].partitions[0]
+        dc = call(node, 60, 1)
+        brokers = sorted(b.node_id for b in md.brokers)
+        assert sorted(b.broker_id for b in dc.brokers) == brokers
+        assert md.controller_id == dc.controller_id == 1
+        return brokers, (part.leader_id, int(part.error_code))
+
+    assert seen(set()) == ([1, 2, 3, 4, 5], (2, 0))
+    assert seen({5}) == ([1, 2, 3, 4], (2, 0))
+    assert seen({4, 5}) == ([1, 2, 3], (2, 0))  # 3 of 5 heard: a majority
+    assert seen({2, 5}) == ([1, 3, 4], (-1, 5))  # the leader declared down
+    assert seen({2, 3, 4}) == ([1, 2, 3, 4, 5], (2, 0))  # 2 of 5: no majority, all listed
+    assert seen({2, 3, 4, 5}) == ([1, 2, 3, 4, 5], (2, 0))  # isolated
+    assert seen({1, 5}) == ([1, 2, 3, 4], (2, 0))  # itself: never left out
+
+
 def test_metadata_without_auto_create():
     md = call(MemoryNode(auto_create_topics=False), 3, 9)
     assert [(t.name, int(t.error_code)) for t in md.topics] == [("t", 3)]
