@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 
 from kio.schema.index import api_key_map
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
-from sink.kafka.protocol import build, request_schema, response_schema
+from sink.kafka.protocol import response_schema
+from sink.kafka.protocol.build import encode_request as build_request
 
 API_NAMES: dict[int, str] = {
     key: "".join(part.title() for part in name.split("_")) for key, name in api_key_map.items()
@@ -18,23 +18,8 @@ API_NAMES: dict[int, str] = {
 
 
 def encode_request(api_key: int, version: int, corr: int, values: dict) -> bytes:
-    cls = request_schema(api_key, version)
-    buf = io.BytesIO()
-    hdr = cls.__header_schema__
-    entity_writer(hdr)(
-        buf,
-        build(
-            hdr,
-            {
-                "request_api_key": api_key,
-                "request_api_version": version,
-                "correlation_id": corr,
-                "client_id": "t",
-            },
-        ),
-    )
-    entity_writer(cls)(buf, build(cls, values))
-    body = buf.getvalue()
+    """The size-prefixed frame of one request (client id "t")."""
+    body = build_request(api_key, version, corr, "t", values)
     return struct.pack(">i", len(body)) + body
 
 

@@ -4,13 +4,9 @@ a version lacks)."""
 
 from __future__ import annotations
 
-import io
 import uuid
 
-from kio.serial import entity_writer
-
-from sink.kafka.protocol import request_schema
-from sink.kafka.protocol.build import build
+from sink.kafka.protocol.build import encode_request
 from tests.unit.sink.batches import make_batch
 
 TOPIC_ID = uuid.UUID(int=0x1234)
@@ -362,18 +358,7 @@ def _group_values(api_key: int) -> dict | None:
 
 def encode(api_key: int, version: int, values: dict, corr: int = 7) -> bytes:
     """Header + body, no size prefix."""
-    cls = request_schema(api_key, version)
-    hdr = cls.__header_schema__
-    buf = io.BytesIO()
-    header = {
-        "request_api_key": api_key,
-        "request_api_version": version,
-        "correlation_id": corr,
-        "client_id": "unit",
-    }
-    entity_writer(hdr)(buf, build(hdr, header))
-    entity_writer(cls)(buf, build(cls, values))
-    return buf.getvalue()
+    return encode_request(api_key, version, corr, "unit", values)
 
 
 def valid_request(api_key: int, version: int, records: bytes | None = None) -> bytes:
