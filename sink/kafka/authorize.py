@@ -64,6 +64,7 @@ from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConf
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest
 from kio.schema.leave_group.v5.request import LeaveGroupRequest
+from kio.schema.list_config_resources.v1.request import ListConfigResourcesRequest
 from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
 from kio.schema.list_transactions.v2.request import ListTransactionsRequest
 from kio.schema.offset_commit.v9.request import OffsetCommitRequest
@@ -148,6 +149,7 @@ GATES: dict[int, Callable[[Any], list[Need]]] = {
         (DescribeQuorumRequest, _cluster(Operation.DESCRIBE)),
         (ElectLeadersRequest, _cluster(Operation.ALTER)),
         (EnvelopeRequest, _cluster(Operation.CLUSTER_ACTION)),
+        (ListConfigResourcesRequest, _cluster(Operation.DESCRIBE_CONFIGS)),
         (DescribeClientQuotasRequest, _cluster(Operation.DESCRIBE_CONFIGS)),
         (AlterClientQuotasRequest, _cluster(Operation.ALTER_CONFIGS)),
         (DescribeUserScramCredentialsRequest, _cluster(Operation.DESCRIBE)),

@@ -413,7 +413,8 @@ def test_librdkafka_producer_survives_its_state_expiring(tmp_path):
 def test_kafka_python_describe_quorum_and_tiered_offsets(cluster):
     """kafka-python 3's describe_metadata_quorum (DescribeQuorum v2) from every node:
     the controller group's leader, its voters with their log ends, and each node's own
-    listener addresses; latest-tiered offsets (ListOffsets v9) answer -1 (no tiering)."""
+    listener addresses; latest-tiered offsets (ListOffsets v9) answer -1 (no tiering);
+    list_config_resources names the topic and every broker."""
     kafka = pytest.importorskip("kafka")
     from kafka.admin import KafkaAdminClient, OffsetSpec
 
@@ -438,6 +439,10 @@ def test_kafka_python_describe_quorum_and_tiered_offsets(cluster):
             assert voters[lead] >= part["high_watermark"]
             assert all(0 <= end <= voters[lead] for end in voters.values()), voters
             assert {n["node_id"]: n["listeners"][0]["port"] for n in q["nodes"]} == ports
+            listed = a.list_config_resources(["TOPIC", "BROKER"])  # ListConfigResources v1
+            assert topic in listed["topic"] and sorted(listed["broker"]) == sorted(
+                str(n) for n in ports
+            ), listed
             tp = kafka.TopicPartition(topic, 0)
             tiered = a.list_partition_offsets({tp: OffsetSpec.LATEST_TIERED})
             assert tiered[tp].offset == -1, (node, tiered)

@@ -46,6 +46,7 @@ from sink.kafka.handlers import (
     init_producer_id,
     join_group,
     leave_group,
+    list_config_resources,
     list_groups,
     list_offsets,
     list_partition_reassignments,
@@ -109,6 +110,7 @@ _MODULES = (
     describe_transactions,
     list_transactions,
     envelope,
+    list_config_resources,
 )
 
 REGISTRY: MappingProxyType[int, Api] = MappingProxyType(

@@ -272,6 +272,8 @@ def request_values(api_key: int, records: bytes | None = None) -> dict:
             "request_principal": b"User:alice",
             "client_host_address": bytes([127, 0, 0, 1]),
         }
+    if api_key == 74:
+        return {"resource_types": [2, 4]}
     if api_key == 65:
         return {"transactional_ids": ["tx-a", "tx-b"]}
     if api_key == 66:

@@ -424,3 +424,19 @@ def test_describe_transactions_finds_none():
     r = call(MemoryNode(), 65, 0)
     got = [(s.transactional_id, int(s.error_code), s.producer_id) for s in r.transaction_states]
     assert got == [("tx-a", 105, 0), ("tx-b", 105, 0)]  # TRANSACTIONAL_ID_NOT_FOUND
+
+
+def test_list_config_resources_by_type():
+    node = MemoryNode()
+    node.apply(commands.encode_create_topic("t", 1, uuid.uuid4()))
+
+    def listed(version: int, types: list[int]) -> tuple[int, list[tuple[int, str]]]:
+        r = call(node, 74, version, {"resource_types": types})
+        got = [(int(c.resource_type), c.resource_name) for c in r.config_resources]
+        return int(r.error_code), got
+
+    assert listed(1, [2, 4]) == (0, [(2, "t"), (4, "1"), (4, "2")])
+    assert listed(1, []) == (0, [(2, "t"), (4, "1"), (4, "2"), (8, "1"), (8, "2")])
+    assert listed(1, [32, 16]) == (0, [])  # no group or client-metrics configs here
+    assert listed(1, [3])[0] == 42  # INVALID_REQUEST: Kafka lists no configs for it
+    assert listed(0, []) == (0, [])  # v0: client metrics only
