@@ -17,10 +17,14 @@ controller that cannot be reached (killed: this node still names it until its el
 timeout) is tried again, the new one once known, within the same ELECTION_WAIT_S;
 a request that may have been delivered is never sent twice.
 
-With authorization on, the frame travels in an Envelope (sink.kafka.handlers.envelope)
-carrying the client's principal and address: the controller authorizes each item as
-that client, so a partly allowed request is relayed whole. Without authorization the
-exact frame is relayed (nothing is checked anywhere). Once a write is answered this
+With authorization on and a relay user (SASL), the frame travels in an Envelope
+(sink.kafka.handlers.envelope) carrying the client's principal and address: the
+controller authorizes each item as that client, so a partly allowed request is relayed
+whole. Without authorization the exact frame is relayed (nothing is checked anywhere).
+With authorization on and no relay user (mutual TLS or plaintext only) the relay runs as
+this node's connection principal, which the controller cannot take an envelope from, so
+the exact frame is relayed only when the client may do all of it (allowed), as before
+(HandlerContext.envelopes). Once a write is answered this
 node waits until it has applied it too (read-your-writes at the node the client asks
 next: every node names itself the controller, sink.kafka.handlers.metadata). NOT_CONTROLLER remains the
 answer when no controller is known or the relay fails (retriable: clients refresh
@@ -85,7 +89,7 @@ async def relay_to_controller(
     timeout: the request's timeout field (see relay_timeout). write: the request
     changes the controller's state; once answered, this node has applied it too."""
     lead = ctx.controller
-    wrapped = ctx.authorizer is not None  # the controller authorizes as the client
+    wrapped = ctx.envelopes()  # the controller authorizes as the client
     if not call.frame or not (allowed or wrapped):
         return None
     frame = wrap(call) if wrapped else call.frame

@@ -569,6 +569,14 @@ class HandlerContext:
             return frozenset()
         return out
 
+    def envelopes(self) -> bool:
+        """Controller requests are relayed in an Envelope (HandlerContext.relayed at the
+        controller): authorization is on and relays log in as the relay user (SASL), a
+        super user the controller takes envelopes from. Without a relay user the relay's
+        connection principal (ANONYMOUS, or this node's certificate) would need
+        CLUSTER_ACTION, which no default grants."""
+        return self.authorizer is not None and self.relay_login is not None
+
     def controller_for_clients(self) -> int:
         """The controller_id Metadata and DescribeCluster give: this node itself, which
         takes every controller request (a node that is not the controller relays it in
@@ -578,9 +586,14 @@ class HandlerContext:
         leader died wait for that dead node: librdkafka does not read Metadata again
         while it waits for its controller (5 minutes, its periodic refresh). The
         controller group's leader: `raftsink status`, DescribeQuorum. The Raft leader
-        if this listener does not advertise this node."""
+        if this listener does not advertise this node, or if authorization is on without a
+        relay user (see envelopes)."""
         me = self.controller.node_id
-        return me if me in self.advertised.brokers else self.leader_id()
+        # Every request is relayed whole: no authorization (the exact frame), or an
+        # envelope. Otherwise a partly allowed request is answered NOT_CONTROLLER here,
+        # and a client told this node is the controller would ask it again and again.
+        relays_whole = self.authorizer is None or self.envelopes()
+        return me if relays_whole and me in self.advertised.brokers else self.leader_id()
 
     def leader_id(self) -> int:
         """The controller as a broker id of this listener, -1 if none is known."""

@@ -65,7 +65,7 @@ async def _with_controller(run, answer: bool = True):
 
 
 def _ctx(controller: Controller) -> SimpleNamespace:
-    return SimpleNamespace(controller=controller, relay_login=None, authorizer=None)
+    return SimpleNamespace(controller=controller, relay_login=None, envelopes=lambda: False)
 
 
 def _call(frame: bytes = FRAME) -> SimpleNamespace:

@@ -287,3 +287,17 @@ def test_the_configs_tools_set_at_creation_are_accepted_and_unknown_ones_refused
     ):
         with pytest.raises(TopicConfigError):
             validate(name, value)
+
+
+def test_the_controller_named_is_this_node_only_where_it_relays_whole_requests():
+    """No authorization: every controller request is relayed as is; authorization with a
+    relay user: in an Envelope. Either way this node names itself. Authorization without
+    a relay user (mutual TLS or plaintext only) relays only what the client may do in
+    full, so the controller group's leader is named, as before KIP-590 here."""
+    node = MemoryNode(node_id=2, leader_id=1)
+    ctx = node.context()
+    assert ctx.controller_for_clients() == 2
+    ctx.authorizer = object()  # type: ignore[assignment]
+    assert not ctx.envelopes() and ctx.controller_for_clients() == 1
+    ctx.relay_login = object()
+    assert ctx.envelopes() and ctx.controller_for_clients() == 2
