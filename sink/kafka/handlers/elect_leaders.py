@@ -4,10 +4,11 @@ kafka-python's `partitions elect-leaders`.
 PREFERRED (0; v0 knows no other): each partition's leadership goes to its preferred
 replica (the placement's first) by a leadership transfer on the partition's group leader
 (sink.node.preferred_election), the leader balancer's move, on demand. Any node takes
-the request: partitions whose group another node leads are sent on to that node, as one
-ElectLeaders request per node, with the time left (a node that does not lead them either
-sends them on again only while more than MIN_HOP_S is left, so a disagreement about a
-leader cannot bounce a request for long). Per partition: none (moved),
+the request: partitions whose group another node leads are sent on to that node (where
+this node knows no leader, to its best guess or another replica), as one ElectLeaders
+request per node, with half the time left (a node that does not lead them either sends
+them on again only while more than MIN_HOP_S is left, so a disagreement about a leader
+cannot bounce a request for long). Per partition: none (moved),
 ELECTION_NOT_NEEDED (the preferred replica leads), PREFERRED_LEADER_NOT_AVAILABLE with
 the reason (not a voter yet, down, the transfer did not finish, no leader now),
 UNKNOWN_TOPIC_OR_PARTITION.
@@ -48,7 +49,9 @@ log = logging.getLogger("sink.kafka")
 PREFERRED, UNCLEAN = 0, 1
 MIN_HOP_S = 1.0
 """A request is sent on to another node only while at least this much of its timeout is
-left; the node it goes to gets the rest less this."""
+left; the node it goes to gets half of what is left, so a request that finds no leader
+(every node guessing another) stops after a few hops."""
+NO_LEADER = "no leader now: an election is under way"
 
 Result = tuple[ErrorCode, str | None]
 
@@ -70,10 +73,13 @@ async def _elect(ctx: HandlerContext, call: Call) -> bytes:
     elsewhere: dict[int, list[tuple[str, int]]] = defaultdict(list)
     answers = await asyncio.gather(*(_one(ctx, kind, t, p, timeout_s) for t, p in wanted))
     for (topic, partition), res in zip(wanted, answers, strict=True):
-        if res is None:
-            elsewhere[ctx.role(topic, partition).leader].append((topic, partition))
-        else:
+        target = _ask_next(ctx, topic, partition) if res is None else -1
+        if res is not None:
             results[(topic, partition)] = res
+        elif target < 0:
+            results[(topic, partition)] = (ErrorCode.preferred_leader_not_available, NO_LEADER)
+        else:
+            elsewhere[target].append((topic, partition))
     if elsewhere:
         sent = await asyncio.gather(
             *(_send_on(ctx, call, node, parts, deadline) for node, parts in elsewhere.items())
@@ -119,12 +125,20 @@ async def _one(
         if leader >= 0:
             return ErrorCode.election_not_needed, None
         return ErrorCode.eligible_leaders_not_available, "no leader yet: an election is under way"
-    res = await ctx.elections.elect(topic, partition, timeout_s)
-    if res is not None:
-        return res
-    if leader < 0 or leader == ctx.controller.node_id:
-        return ErrorCode.preferred_leader_not_available, "no leader now: an election is under way"
-    return None
+    return await ctx.elections.elect(topic, partition, timeout_s)
+
+
+def _ask_next(ctx: HandlerContext, topic: str, partition: int) -> int:
+    """Where a partition this node does not lead goes on to: its leader as this node knows
+    it; where it knows none (a replica of a quiesced group that restarted learns its
+    leader only when the group wakes), the best guess (Metadata's hint), else another of
+    its replicas, which may know; -1: nowhere."""
+    me = ctx.controller.node_id
+    role = ctx.role(topic, partition)
+    for node in (role.leader, role.hint, *role.replicas):
+        if node >= 0 and node != me:
+            return node
+    return -1
 
 
 async def _send_on(
@@ -142,7 +156,7 @@ async def _send_on(
     values = {
         "election_type": PREFERRED,
         "topic_partitions": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-        "timeout": datetime.timedelta(seconds=left - MIN_HOP_S / 2),
+        "timeout": datetime.timedelta(seconds=left / 2),
     }
     api = ElectLeadersRequest.__api_key__
     frame = encode_request(api, call.version, call.corr, "raftsink-relay", values)
