@@ -24,11 +24,11 @@ whole. Without authorization the exact frame is relayed (nothing is checked anyw
 With authorization on and no relay user (mutual TLS or plaintext only) the relay runs as
 this node's connection principal, which the controller cannot take an envelope from, so
 the exact frame is relayed only when the client may do all of it (allowed), as before
-(HandlerContext.envelopes). Once a write is answered this
-node waits until it has applied it too (read-your-writes at the node the client asks
-next: every node names itself the controller, sink.kafka.handlers.metadata). NOT_CONTROLLER remains the
-answer when no controller is known or the relay fails (retriable: clients refresh
-their metadata and send again)."""
+(HandlerContext.envelopes). Once a write is answered this node waits until it has
+applied it too (read-your-writes at the node the client asks next: every node names
+itself the controller, sink.kafka.handlers.metadata). NOT_CONTROLLER remains the answer
+when no controller is known or the relay fails (retriable: clients refresh their
+metadata and send again)."""
 
 from __future__ import annotations
 
