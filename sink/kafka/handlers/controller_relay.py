@@ -125,6 +125,16 @@ async def relay_to_controller(
         return reply
 
 
+async def read_point(ctx: HandlerContext) -> None:
+    """Before a describe of controller state (ACLs, configs, quotas, users) at a node that
+    is not the controller: wait until this node applied every write committed before the
+    describe (ReadIndex). Every node names itself the controller, so a client's write
+    may have been relayed by another node than the one its next describe reaches (two
+    admin clients, CI); read-your-writes at the relaying node alone did not cover that."""
+    if not ctx.controller.is_leader():
+        await _applied_here(ctx.controller, RELAY_TIMEOUT_S)
+
+
 async def _applied_here(lead: Controller, wait_s: float) -> None:
     """Read-your-writes: a client that asks this node next (DescribeConfigs after
     AlterConfigs, `acl list` after `acl add`) sees the write the controller answered for.

@@ -12,6 +12,7 @@ from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 
 from sink.kafka.handlers.acl_wire import filter_of
 from sink.kafka.handlers.api import Api, Call, Response, answered
+from sink.kafka.handlers.controller_relay import read_point
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -19,6 +20,7 @@ from sink.security.acl import AclError
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
+    await read_point(ctx)  # the controller's writes before this describe
     req = call.req
     if ctx.acls is None:
         return answered(_error(call.version, call.corr, ErrorCode.security_disabled, None))

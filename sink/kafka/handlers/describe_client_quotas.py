@@ -10,6 +10,7 @@ from typing import Any
 from kio.schema.describe_client_quotas.v1.request import DescribeClientQuotasRequest
 
 from sink.kafka.handlers.api import Api, Call, Response, answered
+from sink.kafka.handlers.controller_relay import read_point
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -17,6 +18,7 @@ from sink.quotas import QuotaError
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
+    await read_point(ctx)  # the controller's writes before this describe
     req = call.req
     if ctx.quota_admin is None:
         return answered(

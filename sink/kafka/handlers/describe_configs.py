@@ -23,6 +23,7 @@ from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
 from sink.kafka.authorize import config_denial
 from sink.kafka.forward import ForwardError, forward_frame
 from sink.kafka.handlers.api import Api, Call, Response, answered, later
+from sink.kafka.handlers.controller_relay import read_point
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -33,6 +34,7 @@ BROKER = 4
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
+    await read_point(ctx)  # the controller's writes before this describe
     lead, admin = ctx.controller, ctx.topic_configs
     ep = lead.forward_endpoint()
     if (

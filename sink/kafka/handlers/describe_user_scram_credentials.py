@@ -16,6 +16,7 @@ from kio.schema.describe_user_scram_credentials.v0.request import (
 )
 
 from sink.kafka.handlers.api import Api, Call, Response, answered
+from sink.kafka.handlers.controller_relay import read_point
 from sink.kafka.handlers.services import HandlerContext
 from sink.kafka.protocol.build import encode_response
 from sink.kafka.protocol.errors import ErrorCode
@@ -23,6 +24,7 @@ from sink.security.scram import MECHANISM_TYPES
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
+    await read_point(ctx)  # the controller's writes before this describe
     if ctx.users is None:
         return answered(
             _encode(call.corr, ErrorCode.unknown_server_error, "no user store on this node", [])
