@@ -416,6 +416,12 @@ def test_an_envelope_runs_its_request_as_the_client_it_names():
     assert int(send("User:admin", sender=ALICE).error_code) == 31  # no CLUSTER_ACTION
     r = send("User:admin", frame=encode(0, 9, produce_values(make_batch([b"v"])), corr=5))
     assert int(r.error_code) == 42 and r.response_data is None  # INVALID_REQUEST
+    # Broken inner frames: truncated anywhere, a length claiming more than is there.
+    for cut in (0, 4, 9, len(inner) - 1):
+        r = send("User:admin", frame=inner[:cut])
+        assert int(r.error_code) == 42 and r.response_data is None, cut
+    r = send("User:admin", frame=inner[:-2] + b"\x7f\xff")
+    assert int(r.error_code) in (0, 42)  # never an exception, never a crash
 
 
 def test_envelope_wrap_and_unwrap():
