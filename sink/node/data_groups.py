@@ -122,6 +122,7 @@ class DataGroups:
         self.hard_max_entries = hard_max_entries
         self.moves = moves
         self.hosted: dict[int, HostedGroup] = {}
+        self._hosted_waiters: dict[int, list[asyncio.Future[HostedGroup]]] = {}
         self._proposing: set[int] = set()  # groups with a SERVE/CONFIGS in flight
         # group -> hand-off attempts to its preferred replica (DONE: it succeeded)
         self._handed: dict[int, int] = {}
@@ -279,6 +280,9 @@ class DataGroups:
         fresh = group.commit_index == 0 and group.applied == 0
         h = HostedGroup(g, group, fsm, retention, caught_up=not fresh)
         self.hosted[g.group] = h
+        for waiter in self._hosted_waiters.pop(g.group, []):
+            if not waiter.done():
+                waiter.set_result(h)
         if fresh:
             h.catch_up = asyncio.create_task(self._catch_up(h), name=f"catch-up-{g.group}")
         self.started_groups += 1
@@ -307,6 +311,25 @@ class DataGroups:
             h.catch_up = None  # done: mark_caught_up must not cancel this task
             self.mark_caught_up(h)
             return
+
+    async def wait_hosted(self, gid: int, timeout: float) -> HostedGroup | None:
+        """The group's replica here once a reconcile pass started it (None: not within
+        timeout)."""
+        h = self.hosted.get(gid)
+        if h is not None:
+            return h
+        waiter: asyncio.Future[HostedGroup] = asyncio.get_running_loop().create_future()
+        self._hosted_waiters.setdefault(gid, []).append(waiter)
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            return None
+        finally:
+            waiters = self._hosted_waiters.get(gid)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._hosted_waiters[gid]
 
     def mark_caught_up(self, h: HostedGroup) -> None:
         """h's replica applied a read index taken after its start (its catch-up task, or a

@@ -1,5 +1,6 @@
 """RoutedReads.read_index_partitions: a linearizable read also lifts the catch-up gate of a
-replica that started empty, once its read index is applied (sink/node/routed_reads.py)."""
+replica that started empty, once its read index is applied, and waits for what this node
+was placed on but has not applied or started yet (sink/node/routed_reads.py)."""
 
 from __future__ import annotations
 
@@ -23,18 +24,41 @@ class _Group:
         return 7
 
 
-def _hosted(serves: bool, fails: bool = False) -> SimpleNamespace:
-    return SimpleNamespace(group=_Group(fails), caught_up=serves, serves=lambda: serves)
+def _hosted(serves: bool, fails: bool = False, caught_up: bool | None = None) -> SimpleNamespace:
+    return SimpleNamespace(
+        group=_Group(fails),
+        caught_up=serves if caught_up is None else caught_up,
+        serves=lambda: serves,
+    )
 
 
 class _Groups:
+    """by_partition: (topic, partition) -> a hosted group, or ("starting", gid, h): placed
+    here, h hosted once wait_hosted is called."""
+
+    node_id = 1
+
     def __init__(self, by_partition: dict) -> None:
         self.by_partition = by_partition
         self.marked: list = []
+        self.woken = 0
+        self.waited: list[int] = []
+        self.starting: dict[int, SimpleNamespace] = {}
 
     def lookup(self, topic: str, partition: int):
         h = self.by_partition.get((topic, partition))
-        return (1 if h else None), h
+        if isinstance(h, tuple):
+            _, gid, later = h
+            self.starting[gid] = later
+            return SimpleNamespace(group=gid, members=(1, 2, 3)), None
+        return (SimpleNamespace(group=0, members=(1,)) if h else None), h
+
+    def wake(self) -> None:
+        self.woken += 1
+
+    async def wait_hosted(self, gid: int, timeout: float):
+        self.waited.append(gid)
+        return self.starting.get(gid)
 
     def mark_caught_up(self, h) -> None:
         self.marked.append(h)
@@ -54,3 +78,22 @@ def test_a_served_group_that_cannot_confirm_fails_the_read():
     reads = RoutedReads(SimpleNamespace(), groups)  # type: ignore[arg-type]
     with pytest.raises(TimeoutError):
         asyncio.run(reads.read_index_partitions([("t", 0), ("t", 1)]))
+
+
+def test_a_replica_whose_serve_is_not_applied_yet_reads_its_index_first():
+    """Past its catch-up gate, SERVE committed (the producer's records after it) but not
+    applied here: the read index is what makes it apply SERVE and the records."""
+    behind = _hosted(False, caught_up=True)
+    groups = _Groups({("t", 0): behind})
+    reads = RoutedReads(SimpleNamespace(), groups)  # type: ignore[arg-type]
+    asyncio.run(reads.read_index_partitions([("t", 0)]))
+    assert behind.group.reads == 1
+
+
+def test_a_group_placed_here_but_not_started_is_waited_for_then_read():
+    later = _hosted(False)
+    groups = _Groups({("t", 0): ("starting", 5, later), ("t", 1): ("starting", 5, later)})
+    reads = RoutedReads(SimpleNamespace(), groups)  # type: ignore[arg-type]
+    asyncio.run(reads.read_index_partitions([("t", 0), ("t", 1)]))
+    assert groups.woken == 1 and groups.waited == [5]
+    assert later.group.reads == 1 and groups.marked == [later]
