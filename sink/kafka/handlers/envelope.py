@@ -30,10 +30,10 @@ from kio.serial import entity_reader
 
 from sink.kafka.handlers.api import Api, Call, Response, later
 from sink.kafka.handlers.services import HandlerContext
-from sink.kafka.protocol import request_schema, response_schema
+from sink.kafka.protocol import parse_request, response_schema
 from sink.kafka.protocol.build import encode_request, encode_response
 from sink.kafka.protocol.errors import ErrorCode
-from sink.kafka.protocol.framecheck import request_checker, strip_unknown_tags
+from sink.kafka.protocol.framecheck import FrameError
 
 ENVELOPE_KEY = int(EnvelopeRequest.__api_key__)
 
@@ -102,12 +102,8 @@ def _inner_call(ctx: HandlerContext, env: Any) -> tuple[int, Call] | None:
     if api_key not in RELAYABLE or served is None or not served[0] <= version <= served[1]:
         return None
     try:
-        shape = request_checker(api_key, version)(frame)
-        parsed = strip_unknown_tags(frame, shape.edits) if shape.edits else frame
-        cls = request_schema(api_key, version)
-        _hdr, n = entity_reader(cls.__header_schema__)(parsed, 0)
-        req, _ = entity_reader(cls)(parsed, n)
-    except Exception:  # FrameError, NullError, or kio's own refusal
+        _hdr, req = parse_request(frame, api_key, version)
+    except FrameError:  # out of bounds, a null, or kio's own refusal
         return None
     principal = env.request_principal.decode("utf-8", "replace") if env.request_principal else ""
     if ":" not in principal:

@@ -7,6 +7,7 @@ Public surface:
     check_request / request_checker      the bounds-checking pass run before kio's reader
     entity_checker                       the same for any kio entity class
     FrameError / NullError               what it raises
+    parse_request, UnreadableRequest     one frame to kio entities: the check, KIP-482, kio
     strip_unknown_tags                   KIP-482: unknown tagged fields removed before kio reads
     ErrorCode, OffsetOutOfRange          the one typed set of Kafka error codes
     parse_batches, BatchHeader, ...      RecordBatch v2 headers and CRC (sink.kafka.protocol.records)
@@ -36,6 +37,7 @@ from sink.kafka.protocol.framecheck import (
     request_checker,
     strip_unknown_tags,
 )
+from sink.kafka.protocol.parse import UnreadableRequest, parse_request
 from sink.kafka.protocol.records import BatchError, BatchHeader, parse_batches
 from sink.kafka.protocol.schemas import request_schema, response_schema
 
@@ -55,12 +57,14 @@ __all__ = [
     "Request",
     "RequestShape",
     "TagEdit",
+    "UnreadableRequest",
     "build",
     "check_request",
     "encode_entity",
     "encode_response",
     "entity_checker",
     "parse_batches",
+    "parse_request",
     "request_checker",
     "request_schema",
     "response_schema",

@@ -33,23 +33,16 @@ ACL checks will sit beside the gate.
 from __future__ import annotations
 
 import enum
-import functools
 import mmap
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from kio.schema.index import api_key_map
-from kio.serial import entity_reader
 
 from sink.kafka.protocol.errors import ErrorCode
-from sink.kafka.protocol.framecheck import (
-    FrameError,
-    NullError,
-    request_checker,
-    strip_unknown_tags,
-)
-from sink.kafka.protocol.schemas import request_schema
+from sink.kafka.protocol.framecheck import FrameError, NullError
+from sink.kafka.protocol.parse import parse_request
 
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
@@ -159,14 +152,6 @@ Event = NeedData | NeedMemory | Request | Answer | SaslToken | Close
 
 def api_name(api_key: int) -> str:
     return f"{api_key_map.get(api_key, 'unknown')}({api_key})"
-
-
-@functools.lru_cache(maxsize=512)
-def _readers(api_key: int, version: int) -> tuple[Callable, Callable]:
-    """kio's (header, body) readers for one request version (kio resolves the
-    schema module by name on every call; the cache takes that off each frame)."""
-    req_cls = request_schema(api_key, version)
-    return entity_reader(req_cls.__header_schema__), entity_reader(req_cls)
 
 
 # (version, corr, request or None, code) -> response bytes, or None if none can be formed
@@ -375,10 +360,9 @@ class ConnectionState:
                 f"unsupported version {version} of API {api_name(api_key)} (served "
                 f"v{rng[0]}-v{rng[1]}) from {self.client()}",
             )
-        # No length from the wire reaches kio's native reader unchecked: it would
-        # allocate what the frame claims and abort the process on failure.
+        # No length from the wire reaches kio's native reader unchecked (parse_request).
         try:
-            shape = request_checker(api_key, version)(frame)
+            hdr, req = parse_request(frame, api_key, version)
         except NullError as exc:
             # INVALID_REQUEST where the version's response can say so without the
             # request (a top-level error code); else a protocol error, as Kafka's.
@@ -396,18 +380,6 @@ class ConnectionState:
             return self._close(
                 CloseReason.MALFORMED, f"malformed request ({api_name(api_key)} v{version}): {exc}"
             )
-        # KIP-482: unknown tagged fields are skipped (kio's reader refuses them).
-        parsed = strip_unknown_tags(frame, shape.edits) if shape.edits else frame
-        try:
-            read_header, read_body = _readers(api_key, version)
-            hdr, n = read_header(parsed, 0)
-            req, _m = read_body(parsed, n)
-        except Exception as exc:
-            return self._close(
-                CloseReason.MALFORMED,
-                f"malformed request ({api_name(api_key)} v{version}): {type(exc).__name__}: {exc}",
-            )
-        # Trailing bytes are tolerated, as kio's reader tolerates them.
         self.client_id = hdr.client_id
         if api_key == self.api_versions_key and version >= 3:
             self.client_software = f"{req.client_software_name}/{req.client_software_version}"
