@@ -151,14 +151,27 @@ def run_pipeline(data_dir: str | None = None, records: int = 150_000, keep: bool
         _log(f"streaming query running; producing {records} records at ~{producers.rate_per_s}/s")
         producers.thread.start()
         killed = False
+        first = query.recentProgress
+        last_batch, since = (first[-1].get("batchId", "-") if first else "-"), time.monotonic()
         while not producers.done.is_set():
             producers.done.wait(2.0)
             done = query.recentProgress  # the finished micro-batches (the last 100)
             rows = sum(p.get("numInputRows", 0) for p in done)
             batch = done[-1].get("batchId", "-") if done else "-"
+            if batch != last_batch:
+                last_batch, since = batch, time.monotonic()
+            # A micro-batch on two cores shared with the cluster and the producers can take
+            # several seconds (the first one with data starts Spark's Python workers): say
+            # that one runs, so a long batch does not read as a stalled query.
+            running = (
+                f", batch {batch + 1 if isinstance(batch, int) else 0} running "
+                f"{time.monotonic() - since:.0f} s"
+                if query.status.get("isTriggerActive") and query.status.get("isDataAvailable")
+                else ""
+            )
             _log(
                 f"produced {producers.sent:>7}/{records}, acknowledged {len(producers.acked):>7}; "
-                f"spark read {rows:>7} rows (batches 0-{batch} done)"
+                f"spark read {rows:>7} rows (batches 0-{batch} done{running})"
             )
             if not killed and producers.sent >= records // 2:
                 _log(f"kill -9 the Raft leader (node {leader})")
