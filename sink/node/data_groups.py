@@ -279,10 +279,7 @@ class DataGroups:
         retention.start()
         fresh = group.commit_index == 0 and group.applied == 0
         h = HostedGroup(g, group, fsm, retention, caught_up=not fresh)
-        self.hosted[g.group] = h
-        for waiter in self._hosted_waiters.pop(g.group, []):
-            if not waiter.done():
-                waiter.set_result(h)
+        self._host(h)
         if fresh:
             h.catch_up = asyncio.create_task(self._catch_up(h), name=f"catch-up-{g.group}")
         self.started_groups += 1
@@ -311,6 +308,14 @@ class DataGroups:
             h.catch_up = None  # done: mark_caught_up must not cancel this task
             self.mark_caught_up(h)
             return
+
+    def _host(self, h: HostedGroup) -> None:
+        """h's replica runs here from now on: lookups find it, waiters get it."""
+        gid = h.placement.group
+        self.hosted[gid] = h
+        for waiter in self._hosted_waiters.pop(gid, []):
+            if not waiter.done():
+                waiter.set_result(h)
 
     async def wait_hosted(self, gid: int, timeout: float) -> HostedGroup | None:
         """The group's replica here once a reconcile pass started it (None: not within

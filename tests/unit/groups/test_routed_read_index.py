@@ -97,3 +97,30 @@ def test_a_group_placed_here_but_not_started_is_waited_for_then_read():
     asyncio.run(reads.read_index_partitions([("t", 0), ("t", 1)]))
     assert groups.woken == 1 and groups.waited == [5]
     assert later.group.reads == 1 and groups.marked == [later]
+
+
+def test_wait_hosted_returns_the_group_once_started_or_none_at_the_deadline():
+    """DataGroups.wait_hosted: what read_index_partitions waits on for a group placed here
+    that reconcile has not started yet (the start resolves every waiter)."""
+    from sink.node.data_groups import DataGroups
+
+    async def main():
+        groups = DataGroups(
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            node_id=1,
+            raft_address=lambda n: None,
+            options=None,  # type: ignore[arg-type]
+            defaults=None,  # type: ignore[arg-type]
+            retention_interval_s=1.0,
+        )
+        assert await groups.wait_hosted(7, 0.01) is None
+        assert not groups._hosted_waiters  # a timed-out waiter is forgotten
+        waiting = asyncio.ensure_future(groups.wait_hosted(7, 5.0))
+        await asyncio.sleep(0)  # the waiter registers
+        hosted = SimpleNamespace(placement=SimpleNamespace(group=7))
+        groups._host(hosted)  # type: ignore[arg-type]  # _start_group, once it hosts
+        assert await waiting is hosted and not groups._hosted_waiters
+        assert await groups.wait_hosted(7, 0.01) is hosted  # already hosted: at once
+
+    asyncio.run(main())
