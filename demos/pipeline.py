@@ -96,6 +96,11 @@ class Producers:
         self.done.set()
 
 
+def _last_batch(progress: list[dict]) -> int | str:
+    """The id of the newest finished micro-batch in query.recentProgress ("-": none)."""
+    return progress[-1].get("batchId", "-") if progress else "-"
+
+
 def run_pipeline(data_dir: str | None = None, records: int = 150_000, keep: bool = False) -> int:
     from connectors.spark import local_session
     from sink.process_cluster import SinkProcessCluster
@@ -151,13 +156,12 @@ def run_pipeline(data_dir: str | None = None, records: int = 150_000, keep: bool
         _log(f"streaming query running; producing {records} records at ~{producers.rate_per_s}/s")
         producers.thread.start()
         killed = False
-        first = query.recentProgress
-        last_batch, since = (first[-1].get("batchId", "-") if first else "-"), time.monotonic()
+        last_batch, since = _last_batch(query.recentProgress), time.monotonic()
         while not producers.done.is_set():
             producers.done.wait(2.0)
             done = query.recentProgress  # the finished micro-batches (the last 100)
             rows = sum(p.get("numInputRows", 0) for p in done)
-            batch = done[-1].get("batchId", "-") if done else "-"
+            batch = _last_batch(done)
             if batch != last_batch:
                 last_batch, since = batch, time.monotonic()
             # A micro-batch on two cores shared with the cluster and the producers can take

@@ -96,7 +96,7 @@ class RoutedReads:
         committed but not applied here yet, and a group placed here that this node's
         reconcile has not started yet (waited for up to GATED_READ_INDEX_S)."""
         hosted: list[HostedGroup] = []
-        starting: list[int] = []
+        starting: set[int] = set()
         for topic, partition in partitions:
             g, h = self.groups.lookup(topic, partition)
             if h is not None:
@@ -105,11 +105,11 @@ class RoutedReads:
                 # Placed here, the group not started yet: this node applied the
                 # placement (the caller's controller ReadIndex) but its reconcile pass
                 # has not opened the group (CI: test_read_api_over_tls answered -1).
-                starting.append(g.group)
+                starting.add(g.group)
         if starting:
             self.groups.wake()
             started = await asyncio.gather(
-                *(self.groups.wait_hosted(gid, GATED_READ_INDEX_S) for gid in set(starting))
+                *(self.groups.wait_hosted(gid, GATED_READ_INDEX_S) for gid in starting)
             )
             hosted.extend(h for h in started if h is not None)
         served: dict[int, HostedGroup] = {}

@@ -20,7 +20,6 @@ from sink.security.acl import AclError
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
-    await read_point(ctx)  # the controller's writes before this describe
     req = call.req
     if ctx.acls is None:
         return answered(_error(call.version, call.corr, ErrorCode.security_disabled, None))
@@ -28,6 +27,7 @@ async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
         f = filter_of(req)
     except (AclError, ValueError) as exc:
         return answered(_error(call.version, call.corr, ErrorCode.invalid_request, str(exc)))
+    await read_point(ctx)  # the controller's writes before this describe
     groups: dict[tuple, list[dict]] = {}
     for b in ctx.acls.describe(f):
         groups.setdefault((b.resource_type, b.name, b.pattern_type), []).append(

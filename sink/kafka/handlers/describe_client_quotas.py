@@ -18,12 +18,12 @@ from sink.quotas import QuotaError
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
-    await read_point(ctx)  # the controller's writes before this describe
     req = call.req
     if ctx.quota_admin is None:
         return answered(
             error_response(call.version, call.corr, req, ErrorCode.unknown_server_error)
         )
+    await read_point(ctx)  # the controller's writes before this describe
     components = [(c.entity_type, int(c.match_type), c.match) for c in req.components]
     try:
         found = ctx.quota_admin.client_quotas().describe(components, bool(req.strict))

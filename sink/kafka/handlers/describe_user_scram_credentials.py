@@ -24,11 +24,11 @@ from sink.security.scram import MECHANISM_TYPES
 
 
 async def handle(ctx: HandlerContext, call: Call) -> asyncio.Future[Response]:
-    await read_point(ctx)  # the controller's writes before this describe
     if ctx.users is None:
         return answered(
             _encode(call.corr, ErrorCode.unknown_server_error, "no user store on this node", [])
         )
+    await read_point(ctx)  # the controller's writes before this describe
     known = dict(ctx.users.describe_users())
     wanted = [u.name for u in call.req.users or ()]
     results = []
