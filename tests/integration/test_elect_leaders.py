@@ -7,7 +7,7 @@ librdkafka's AdminClient.elect_leaders; then there is nothing left to elect."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import ElectionType, TopicPartition
+from confluent_kafka import ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.helpers.kafka_wire import metadata_of, request
@@ -49,9 +49,12 @@ def _moved(answer: tuple[int, str | None], refusals: list) -> bool:
     """One ElectLeaders answer for partition 0: moved (True), or the one refusal a
     restarted preferred replica may meet for a moment, PREFERRED_LEADER_NOT_AVAILABLE with
     its reason (the leader's host can declare it down again while it starts: CI), which
-    is asked again."""
+    is asked again. ELECTION_NOT_NEEDED is the state asked for, reached by an election of
+    its own: on a loaded machine the old leader can miss its beats and the preferred
+    replica win the vote between the fixture's check and the request (eight copies beside
+    busy loops: the first answer was 84); the caller checks Metadata after."""
     code, why = answer
-    if code == 0:
+    if code in (0, 84):
         return True
     assert code == 80 and why, answer  # PREFERRED_LEADER_NOT_AVAILABLE, saying why
     refusals.append(why)
@@ -77,22 +80,32 @@ def off_preferred(tmp_path):
         _lead, _epoch, replicas = metadata(kafka_port(c, 1), TOPIC)[0]
         preferred = replicas[0]
         other = next(n for n in c.alive() if n != preferred)
-        c.kill(preferred)
-        wait_for(
-            lambda: metadata(kafka_port(c, other), TOPIC)[0][0] not in (-1, preferred),
-            60,
-            "a new leader for partition 0",
-        )
-        c.start(preferred)
-        leader = metadata(kafka_port(c, other), TOPIC)[0][0]
-        # In sync as the leader sees it (the leader's host hears from it again).
-        wait_for(
-            lambda: preferred in isr_at(kafka_port(c, leader)),
-            60,
-            lambda: f"node {preferred} in partition 0's ISR at node {leader}",
-        )
-        assert metadata(kafka_port(c, other), TOPIC)[0][0] == leader != preferred
-        yield c, preferred, leader
+        # On a loaded machine the new leader can lose its lead for a moment after the
+        # restart (six copies beside busy loops: Metadata answered -1), and the preferred replica may even win it
+        # back by itself (leader balancing is off, elections are not): then kill it again.
+        seen: dict = {}
+        for _attempt in range(3):
+            c.kill(preferred)
+            wait_for(
+                lambda: metadata(kafka_port(c, other), TOPIC)[0][0] not in (-1, preferred),
+                60,
+                "a new leader for partition 0",
+            )
+            c.start(preferred)
+
+            def settled() -> bool:
+                lead = seen["lead"] = metadata(kafka_port(c, other), TOPIC)[0][0]
+                # In sync as the leader sees it (the leader's host hears from it again).
+                return lead == preferred or (
+                    lead != -1 and preferred in isr_at(kafka_port(c, lead))
+                )
+
+            wait_for(settled, 60, lambda: f"node {preferred} back in sync: {seen}")
+            if seen["lead"] != preferred:
+                break
+        else:
+            pytest.fail(f"node {preferred} took partition 0 back by itself three times")
+        yield c, preferred, seen["lead"]
 
 
 def test_elect_preferred_sent_to_a_node_that_does_not_lead(off_preferred):
@@ -134,7 +147,9 @@ def test_librdkafka_elect_leaders_through_the_restarted_replica(off_preferred):
         errors = {(tp.topic, tp.partition): err for tp, err in result.items()}
         assert set(errors) == {(TOPIC, 0)}, errors
         err = errors[(TOPIC, 0)]
-        answer = (0, None) if err is None else (err.args[0].code(), err.args[0].str())
+        # Documented as KafkaException, delivered by confluent-kafka 2.16 as KafkaError.
+        kerr = err.args[0] if isinstance(err, KafkaException) else err
+        answer = (0, None) if kerr is None else (kerr.code(), kerr.str())
         return _moved(answer, refusals)
 
     wait_for(elected, 60, lambda: f"partition 0 moved; refusals {refusals}")
