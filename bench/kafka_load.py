@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -76,11 +77,10 @@ def kcat_throughput(
     }
 
 
-def _kcat_file(bootstrap: str, topic: str, path: str, conf: dict[str, str] | None) -> float:
-    """Produce every line of path with kcat (idempotent, acks=all, large batches);
-    returns the wall seconds of the kcat process. The file is removed."""
+def _kcat_args(bootstrap: str, topic: str, conf: dict[str, str] | None) -> list[str]:
+    """kcat -P with the benchmarks' producer settings (idempotent, acks=all, large batches)."""
     args = [
-        "kcat", "-P", "-b", bootstrap, "-t", topic, "-l", path,
+        "kcat", "-P", "-b", bootstrap, "-t", topic,
         "-X", "enable.idempotence=true", "-X", "acks=all", "-X", "linger.ms=5",
         "-X", "batch.num.messages=10000", "-X", "batch.size=1000000",
         "-X", "queue.buffering.max.messages=2000000", "-X", "queue.buffering.max.kbytes=2097151",
@@ -88,6 +88,13 @@ def _kcat_file(bootstrap: str, topic: str, path: str, conf: dict[str, str] | Non
     ]  # fmt: skip
     for k, v in (conf or {}).items():
         args += ["-X", f"{k}={v}"]
+    return args
+
+
+def _kcat_file(bootstrap: str, topic: str, path: str, conf: dict[str, str] | None) -> float:
+    """Produce every line of path with kcat (idempotent, acks=all, large batches);
+    returns the wall seconds of the kcat process. The file is removed."""
+    args = [*_kcat_args(bootstrap, topic, conf), "-l", path]
     t0 = time.perf_counter()
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
     elapsed = time.perf_counter() - t0
@@ -95,6 +102,64 @@ def _kcat_file(bootstrap: str, topic: str, path: str, conf: dict[str, str] | Non
     if proc.returncode != 0 or "ERROR" in proc.stderr:
         raise RuntimeError(f"kcat failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return elapsed
+
+
+def kcat_paced(
+    bootstrap: str,
+    topic: str,
+    size: int,
+    rate: int,
+    seconds: float,
+    conf: dict[str, str] | None = None,
+) -> dict:
+    """kcat -P fed on its stdin at `rate` lines of `size` bytes a second for `seconds`
+    (chunks of 1,000 lines written on a schedule fixed in advance, so a late chunk is
+    followed by the next at once: the offered rate holds over the phase), with
+    kcat_throughput's settings; returns when kcat has every record acknowledged. The
+    same load for every cluster, whatever its maximum: CPU per record compared at one
+    rate, not at each cluster's own saturation."""
+    chunk_lines = 1_000
+    line = (b"x" * (size - 8)) if size > 8 else b""
+    chunk = b"".join(b"%08d" % i + line + b"\n" for i in range(chunk_lines))
+    chunks = max(1, round(rate * seconds / chunk_lines))
+    gap = chunk_lines / rate
+    # stderr to a file: a pipe nobody reads while the chunks go out could fill and stall kcat
+    with tempfile.TemporaryFile() as errf:
+        proc = subprocess.Popen(
+            _kcat_args(bootstrap, topic, conf),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=errf,
+        )
+        assert proc.stdin is not None
+        t0 = time.perf_counter()
+        late = 0.0
+        try:
+            for k in range(chunks):
+                wait = t0 + k * gap - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                else:
+                    late = max(late, -wait)
+                proc.stdin.write(chunk)
+            proc.stdin.close()
+            proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        elapsed = time.perf_counter() - t0
+        errf.seek(0)
+        text = errf.read().decode(errors="replace")
+    if proc.returncode != 0 or "ERROR" in text:
+        raise RuntimeError(f"kcat failed ({proc.returncode}): {text[-2000:]}")
+    n = chunks * chunk_lines
+    return {
+        "records": n,
+        "seconds": elapsed,
+        "records_per_s": n / elapsed,
+        "offered_per_s": rate,
+        "latest_chunk_s": round(late, 3),
+    }
 
 
 def kcat_start_cost(

@@ -59,7 +59,7 @@ import tempfile
 import time
 
 from bench.common import CpuQuota, CpuQuotaUnavailable, cpu_seconds, loadavg, machine
-from bench.kafka_load import kcat_throughput, total_records_any_replica
+from bench.kafka_load import kcat_paced, kcat_throughput, total_records_any_replica
 from sink.process_cluster import SinkProcessCluster
 
 PARTITIONS = 12
@@ -68,6 +68,16 @@ GB = 1e9
 TOPIC = "scale"
 QUOTA_CORES = 0.5
 WARMUP_RECORDS = 10_000
+PACED_RATE = 40_000
+"""Part (3) also measures every cluster at this many 1 KiB records a second (kcat fed
+on a schedule: bench.kafka_load.kcat_paced), below the slowest cluster's maximum here
+(about 69,000): CPU per GB at one load, beside the figure at each cluster's own
+maximum. On two shared cores a cluster of more processes runs slower at its maximum,
+and a slower run pays more per record (smaller disk rounds and transport batches,
+the same fixed cost per second over fewer records), so the maximum-rate figure mixes
+what node count costs with what the machine's contention costs; at one rate only the
+first is left."""
+PACED_S = 8.0
 IDLE_S = 3.0
 """Idle CPU measured this long after the warm-up, before the produce phase."""
 """Written before each measured run, unmeasured (topic creation, first elections)."""
@@ -87,8 +97,11 @@ def partition_groups_flag() -> tuple[str | None, str]:
     )
 
 
-def run_cluster(base: str, nodes: int, groups: bool, records: int, quota: bool) -> dict:
-    """One cluster, one kcat workload; per-node CPU over the produce phase."""
+def run_cluster(
+    base: str, nodes: int, groups: bool, records: int, quota: bool, paced: bool = False
+) -> dict:
+    """One cluster, one kcat workload; per-node CPU over the produce phase. paced: then
+    PACED_RATE records/s for PACED_S (part (3)'s figure at one rate)."""
     c = SinkProcessCluster(base, nodes, default_partitions=PARTITIONS, partition_groups=groups)
     c.start()
     cap = None
@@ -117,12 +130,16 @@ def run_cluster(base: str, nodes: int, groups: bool, records: int, quota: bool) 
         client_cpu = children_cpu_seconds() - client0
         after = {i: cpu_seconds([p]) for i, p in pids.items()}
         terms1 = asyncio.run(group_terms(c))
+        acked = r["records"] + WARMUP_RECORDS
+        if paced:
+            p0 = cpu_seconds(list(pids.values()))
+            pr = kcat_paced(c.bootstrap_servers, TOPIC, SIZE, PACED_RATE, PACED_S)
+            paced_cpu = cpu_seconds(list(pids.values())) - p0
+            acked += pr["records"]
         read_apis = [p.read_api for p in c.peers.values()]
         stored = asyncio.run(total_records_any_replica(read_apis, TOPIC))
-        if stored != r["records"] + WARMUP_RECORDS:
-            raise RuntimeError(
-                f"{r['records'] + WARMUP_RECORDS} records acknowledged but {stored} stored"
-            )
+        if stored != acked:
+            raise RuntimeError(f"{acked} records acknowledged but {stored} stored")
     finally:
         if cap is not None:
             cap.release()
@@ -154,6 +171,11 @@ def run_cluster(base: str, nodes: int, groups: bool, records: int, quota: bool) 
         "client_cpu_s": round(client_cpu, 2),
         "elections": elections(terms0, terms1),
     }
+    if paced:
+        out["paced_records_per_s"] = round(pr["records_per_s"], 1)
+        out["paced_latest_chunk_s"] = pr["latest_chunk_s"]
+        out["cpu_s_per_gb_paced"] = round(paced_cpu / (pr["records"] * SIZE / GB), 1)
+        out["paced_cpu_pct"] = round(paced_cpu / pr["seconds"] * 100, 1)
     print(
         f"  {nodes} nodes, groups {'on' if groups else 'off'}"
         f"{f', capped at {QUOTA_CORES} core each ({cap.kind})' if cap else ''}: "
@@ -161,7 +183,13 @@ def run_cluster(base: str, nodes: int, groups: bool, records: int, quota: bool) 
         f"busiest share {out['busiest_node_cpu_share']}, {out['cpu_s_per_gb']} CPU s/GB "
         f"({out['cpu_s_per_gb_above_idle']} above the idle {out['idle_cpu_pct_cluster']} %), "
         f"kcat {out['client_cpu_s']} CPU s, {out['elections']} election(s) "
-        f"(load {out['loadavg']})",
+        f"(load {out['loadavg']})"
+        + (
+            f"; at {PACED_RATE} records/s: {out['cpu_s_per_gb_paced']} CPU s/GB "
+            f"({out['paced_cpu_pct']} % of a core, {out['paced_records_per_s']:.0f} acked/s)"
+            if paced
+            else ""
+        ),
         flush=True,
     )
     return out
@@ -258,10 +286,12 @@ def run_round(
     machine moves both sides of a ratio rather than one."""
     out: dict = {}
     print("(1) 3 nodes, 12 partitions, partition groups off / on:", flush=True)
-    out["off"] = run_cluster(os.path.join(base, "off"), 3, False, records, quota=False)
+    out["off"] = run_cluster(
+        os.path.join(base, "off"), 3, False, records, quota=False, paced=not flag
+    )
     note_run(fig, f"r{k}_3_off", out["off"])
     if flag:
-        out["on"] = run_cluster(os.path.join(base, "on"), 3, True, records, quota=False)
+        out["on"] = run_cluster(os.path.join(base, "on"), 3, True, records, False, paced=True)
         note_run(fig, f"r{k}_3_on", out["on"])
     print(f"(5) the same, each node process capped at {QUOTA_CORES} core:", flush=True)
     try:
@@ -278,7 +308,9 @@ def run_round(
     out["n"] = {3: out.get("on") or out["off"]}
     order = [n for n in nodes if n != 3]
     for n in order if k % 2 == 0 else reversed(order):
-        out["n"][n] = run_cluster(os.path.join(base, f"n{n}"), n, bool(flag), records, False)
+        out["n"][n] = run_cluster(
+            os.path.join(base, f"n{n}"), n, bool(flag), records, False, paced=True
+        )
         note_run(fig, f"r{k}_{n}", out["n"][n])
     return out
 
@@ -326,6 +358,10 @@ def summarise_rounds(fig: dict, rounds: list[dict], nodes: list[int], groups: bo
         fig[f"cpu_s_per_gb_{n}_rounds"] = [r["cpu_s_per_gb"] for r in per]
         fig[f"cpu_s_per_gb_{n}"] = _median([r["cpu_s_per_gb"] for r in per])
         fig[f"cpu_s_per_gb_above_idle_{n}"] = _median([r["cpu_s_per_gb_above_idle"] for r in per])
+        if all("cpu_s_per_gb_paced" in r for r in per):
+            paced = [r["cpu_s_per_gb_paced"] for r in per]
+            fig[f"cpu_s_per_gb_{n}_at_{PACED_RATE}_rounds"] = paced
+            fig[f"cpu_s_per_gb_{n}_at_{PACED_RATE}"] = _median(paced)
     fig["cpu_s_per_gb_partition_groups"] = groups
     fig["cpu_us_per_record_3"] = _median([r["n"][3]["cpu_us_per_record"] for r in rounds])
     if len(rounds) > 1:
@@ -425,6 +461,10 @@ def main() -> int:
     if "cpu_s_per_gb_above_idle_7" in fig and fig.get("cpu_s_per_gb_above_idle_3"):
         ratio = fig["cpu_s_per_gb_above_idle_7"] / fig["cpu_s_per_gb_above_idle_3"]
         print(f"beside it: CPU per GB above idle, 7 / 3 node processes: {ratio:.3f}")
+    at = f"_at_{PACED_RATE}"
+    if f"cpu_s_per_gb_7{at}" in fig and fig.get(f"cpu_s_per_gb_3{at}"):
+        ratio = fig[f"cpu_s_per_gb_7{at}"] / fig[f"cpu_s_per_gb_3{at}"]
+        print(f"beside it: CPU per GB at {PACED_RATE} records/s, 7 / 3 node processes: {ratio:.3f}")
     fig["loadavg_end"] = loadavg()
     print(json.dumps(fig, sort_keys=True), flush=True)
     return 0
