@@ -68,19 +68,18 @@ GB = 1e9
 TOPIC = "scale"
 QUOTA_CORES = 0.5
 WARMUP_RECORDS = 10_000
+"""Written before each measured run, unmeasured (topic creation, first elections)."""
 PACED_RATE = 40_000
-"""Part (3) also measures every cluster at this many 1 KiB records a second (kcat fed
-on a schedule: bench.kafka_load.kcat_paced), below the slowest cluster's maximum here
-(about 69,000): CPU per GB at one load, beside the figure at each cluster's own
-maximum. On two shared cores a cluster of more processes runs slower at its maximum,
-and a slower run pays more per record (smaller disk rounds and transport batches,
-the same fixed cost per second over fewer records), so the maximum-rate figure mixes
-what node count costs with what the machine's contention costs; at one rate only the
-first is left."""
+"""Part (3) also measures every cluster at this many 1 KiB records a second offered (kcat
+fed on a schedule: bench.kafka_load.kcat_paced), below the slowest cluster's maximum
+here (about 69,000): CPU per GB at one load, beside the figure at each cluster's own
+maximum, where a cluster of more processes on two shared cores runs slower. At this
+rate kcat's 5 ms linger makes requests of a few dozen records per partition (about a
+megabyte at the maximum), so it weighs the per-request and per-message costs; a
+cluster that cannot keep up shows it in its acknowledged rate."""
 PACED_S = 8.0
 IDLE_S = 3.0
 """Idle CPU measured this long after the warm-up, before the produce phase."""
-"""Written before each measured run, unmeasured (topic creation, first elections)."""
 
 
 def partition_groups_flag() -> tuple[str | None, str]:
