@@ -74,9 +74,9 @@ PACED_RATE = 40_000
 fed on a schedule: bench.kafka_load.kcat_paced), below the slowest cluster's maximum
 here (about 69,000): CPU per GB at one load, beside the figure at each cluster's own
 maximum, where a cluster of more processes on two shared cores runs slower. At this
-rate kcat's 5 ms linger makes requests of a few dozen records per partition (about a
-megabyte at the maximum), so it weighs the per-request and per-message costs; a
-cluster that cannot keep up shows it in its acknowledged rate."""
+rate kcat's 5 ms linger batches about 17 records per partition (40,000 a second over 12
+partitions for 5 ms; about a megabyte at the maximum), so it weighs the per-request and
+per-message costs; a cluster that cannot keep up shows it in its acknowledged rate."""
 PACED_S = 8.0
 IDLE_S = 3.0
 """Idle CPU measured this long after the warm-up, before the produce phase."""
