@@ -4,7 +4,44 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from typing import Any
+
+LOG4J2 = """\
+# raftsink: Spark's driver JVM (set by connectors.spark.session; setLogLevel("ERROR")
+# follows once the session is up). WARN as the root level: Spark sets an interactive
+# driver's (PySpark's) console to WARN and says so in two lines unless the root level
+# is WARN already.
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+"""The driver JVM's log4j2 configuration. Without one Spark starts on its default
+profile and says so (four lines: the profile, the default level and how to change it,
+and Hadoop's native-library warning) before setLogLevel can quiet it. The JVM's own
+"Using incubator modules" line is not log4j's and stays."""
+
+
+def _log4j2_file() -> str:
+    """LOG4J2 in a file the driver JVM can read (written once per content)."""
+    path = os.path.join(tempfile.gettempdir(), "raftsink-spark-log4j2.properties")
+    try:
+        with open(path) as f:
+            if f.read() == LOG4J2:
+                return path
+    except OSError:
+        pass
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(LOG4J2)
+    os.replace(tmp, path)
+    return path
 
 
 def local_session(app_name: str, cores: int = 2, progress_bars: bool = False) -> Any:
@@ -30,6 +67,7 @@ def local_session(app_name: str, cores: int = 2, progress_bars: bool = False) ->
         .config("spark.sql.shuffle.partitions", str(cores))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", str(progress_bars).lower())
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_log4j2_file()}")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
