@@ -81,8 +81,9 @@ def off_preferred(tmp_path):
         preferred = replicas[0]
         other = next(n for n in c.alive() if n != preferred)
         # On a loaded machine the new leader can lose its lead for a moment after the
-        # restart (six copies beside busy loops: Metadata answered -1), and the preferred replica may even win it
-        # back by itself (leader balancing is off, elections are not): then kill it again.
+        # restart (six copies beside busy loops: Metadata answered -1), and the preferred
+        # replica may even win it back by itself (leader balancing is off, elections are
+        # not): then kill it again.
         seen: dict = {}
         for _attempt in range(3):
             c.kill(preferred)
