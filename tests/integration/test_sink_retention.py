@@ -10,7 +10,7 @@ import time
 from confluent_kafka import Producer
 
 from sink.process_cluster import SinkProcessCluster
-from sink.readapi import ERR_OFFSET_OUT_OF_RANGE, ReadApiClient
+from sink.readapi import ERR_NOT_LEADER, ERR_OFFSET_OUT_OF_RANGE, ReadApiClient
 
 TOPIC = "ret"
 
@@ -58,9 +58,17 @@ def test_pipeline_holds_retention_until_commit_and_hard_limit_wins(tmp_path):
         follower = next(i for i in cluster.peers if i != leader)
 
         async def commit(offset: int) -> None:
-            # Through a FOLLOWER: it forwards to the leader.
+            # Through a FOLLOWER: it forwards to the leader. Right after the topic's
+            # creation the follower's replica of its data group may not know the group's
+            # leader yet (CI: NOT_LEADER, "no leader of group 1 known here"): asked again,
+            # as the Spark source does (it moves on to the next node).
             client = ReadApiClient(cluster.peers[follower].read_api)
-            reply = await client.commit("pipeline-a", {(TOPIC, 0): offset})
+            deadline = time.monotonic() + 30
+            while True:
+                reply = await client.commit("pipeline-a", {(TOPIC, 0): offset})
+                if reply.error_code != ERR_NOT_LEADER or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
             assert reply.error_code == 0, reply.error
             assert reply.partitions == 1
             await client.close()
