@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -28,8 +29,10 @@ and Hadoop's native-library warning) before setLogLevel can quiet it. The JVM's 
 "Using incubator modules" line is not log4j's and stays."""
 
 
-def _log4j2_file() -> str:
-    """LOG4J2 in a file the driver JVM can read (written once per content)."""
+def _log4j2_file() -> str | None:
+    """LOG4J2 in a file the driver JVM can read (written once per content); None where
+    the temp directory takes no file of that name (another user's, say): Spark's own
+    defaults then, notes and all."""
     path = os.path.join(tempfile.gettempdir(), "raftsink-spark-log4j2.properties")
     try:
         with open(path) as f:
@@ -38,9 +41,14 @@ def _log4j2_file() -> str:
     except OSError:
         pass
     tmp = f"{path}.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(LOG4J2)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(LOG4J2)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return None
     return path
 
 
@@ -57,7 +65,7 @@ def local_session(app_name: str, cores: int = 2, progress_bars: bool = False) ->
 
     from connectors.spark import register
 
-    spark = (
+    builder = (
         # local[N,F]: F attempts per task (plain local[N] fails the query at a task's first
         # failure, e.g. a Python worker slow to start); a retried task re-reads the same
         # offset range, so the sinks still see every record once.
@@ -67,9 +75,13 @@ def local_session(app_name: str, cores: int = 2, progress_bars: bool = False) ->
         .config("spark.sql.shuffle.partitions", str(cores))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", str(progress_bars).lower())
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_log4j2_file()}")
-        .getOrCreate()
     )
+    log4j2 = _log4j2_file()
+    if log4j2 is not None:
+        builder = builder.config(
+            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j2}"
+        )
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
