@@ -57,9 +57,8 @@ def kcat_throughput(
     """kcat -P of `count` lines of `size` bytes, idempotent, acks=all; wall time to the last ack.
     conf: more librdkafka properties (e.g. security.protocol=ssl)."""
     path = os.path.join(workdir, f"lines-{size}-{count}.txt")
-    line = (b"x" * (size - 8)) if size > 8 else b""
     with open(path, "wb") as f:
-        chunk = b"".join(b"%08d" % (i % 10**8) + line + b"\n" for i in range(10_000))
+        chunk = _lines(size, 10_000)
         for _ in range(count // 10_000):
             f.write(chunk)
         # On disk before the clock starts: else the kernel writes the file back (1 GB for
@@ -75,6 +74,12 @@ def kcat_throughput(
         "records_per_s": n / elapsed,
         "mb_s": n * size / elapsed / MiB,
     }
+
+
+def _lines(size: int, n: int) -> bytes:
+    """n kcat input lines of `size` bytes each (an 8-digit number, then padding)."""
+    pad = (b"x" * (size - 8)) if size > 8 else b""
+    return b"".join(b"%08d" % (i % 10**8) + pad + b"\n" for i in range(n))
 
 
 def _kcat_args(bootstrap: str, topic: str, conf: dict[str, str] | None) -> list[str]:
@@ -119,8 +124,7 @@ def kcat_paced(
     same load for every cluster, whatever its maximum: CPU per record compared at one
     rate, not at each cluster's own saturation."""
     chunk_lines = 1_000
-    line = (b"x" * (size - 8)) if size > 8 else b""
-    chunk = b"".join(b"%08d" % i + line + b"\n" for i in range(chunk_lines))
+    chunk = _lines(size, chunk_lines)
     chunks = max(1, round(rate * seconds / chunk_lines))
     gap = chunk_lines / rate
     # stderr to a file: a pipe nobody reads while the chunks go out could fill and stall kcat
