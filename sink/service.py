@@ -314,7 +314,7 @@ class SinkService(AdminOps):
             self.GROUP,
             lead,
             lead if lead >= 0 else self.leader_hint(),
-            term,
+            node.leader_epoch(),
             replicas,
             node.in_sync_voters(voters),
             (),

@@ -6,7 +6,7 @@ Public surface:
                     add_group / remove_group / stop; heartbeats coalesced per peer
     RaftGroup       one group's replica in a host: apply / read_index / transfer_leader /
                     status; reads: term, commit_index, applied, leader_id, last_leader_id,
-                    is_leader(), membership(), first_index(), read_committed()
+                    leader_epoch(), is_leader(), membership(), first_index(), read_committed()
     RaftNode        the single-group API: a RaftGroup with its own host (start/stop)
     HostOptions     what a host shares among its groups
     StateMachine    the callbacks an application implements (braft's FSM)

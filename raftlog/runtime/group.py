@@ -169,6 +169,9 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
         # The last leader this node knew (0: none yet); kept while leaderless so
         # clients can be pointed somewhere better than nowhere.
         self.last_leader_id = 0
+        # The term of last_leader_id's leadership (0: none yet): while leaderless, the
+        # term may already be a newer one that no leader holds yet.
+        self.last_leader_term = 0
         self.role = Role.FOLLOWER
         # Mirrors core.quiesced as the host last heard it (_sync_quiesced).
         self.quiesced = False
@@ -385,10 +388,22 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
         self.leader_id, self.role = ss.lead, ss.role
         if ss.lead:
             self.last_leader_id = ss.lead
+            self.last_leader_term = self.core.term
         if was_leader and ss.role is not Role.LEADER:
             self._on_step_down()
             self._leader_started_term = 0
             self.fsm.on_leader_stop()
+
+    def leader_epoch(self) -> int:
+        """The term of the leader this node knows, or while it knows none the term of
+        the last one it knew: a term no leader holds (yet) is never an epoch. Kafka
+        clients validate their position (KIP-320) when a partition's epoch rises, and
+        only toward a known leader: an epoch raised while leaderless would be
+        validated nowhere, and the leader elected in that term would not raise it again.
+        The current term before any leader was known."""
+        if self.leader_id or not self.last_leader_term:
+            return self.core.term
+        return self.last_leader_term
 
     def _on_step_down(self) -> None:
         """Leadership lost. Proposals only queued (never in the log) fail with

@@ -170,7 +170,7 @@ class PartitionRouting:
             h.placement.group,
             lead,
             hint,
-            term,
+            group.leader_epoch(),
             replicas,
             group.in_sync_voters(voters),
             (),

@@ -278,7 +278,11 @@ def test_librdkafka_validates_its_position_after_a_leader_kill(cluster):
     assert not errors, errors[:3]
     _check_exactly_once(got)
     validated = [line for line in rdlog if "validation succeeded" in line]
-    assert validated, "librdkafka never validated a position (OffsetForLeaderEpoch unused)"
+    epoch_lines = [ln for ln in rdlog if "epoch" in ln.lower() or "VALIDAT" in ln.upper()]
+    assert validated, (
+        "librdkafka never validated a position (OffsetForLeaderEpoch unused); its epoch lines:\n"
+        + "\n".join(epoch_lines[-40:])
+    )
 
 
 def test_kafka_python_validates_its_position_after_a_leader_kill(cluster, caplog):

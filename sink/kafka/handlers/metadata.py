@@ -1,7 +1,8 @@
 """Metadata: each partition as its owning Raft group stands (PartitionRoles.role):
 leader_id = the group's leader (while leaderless: the best guess, see
 SinkService.leader_hint; LEADER_NOT_AVAILABLE only when there is none),
-leader_epoch = the group's term, replica_nodes = its voters, isr_nodes and
+leader_epoch = the leader's term (while leaderless the last leader's:
+RaftGroup.leader_epoch), replica_nodes = its voters, isr_nodes and
 offline_replicas as the group reports them; node ids this listener does not
 advertise are left out. controller_id = this node, which takes every controller request
 (relayed to the controller in an Envelope: HandlerContext.controller_for_clients, as

@@ -141,8 +141,10 @@ class PartitionRole(NamedTuple):
     a tuple is built several times faster.
 
     Invariants: leads => hosted and leader == this node; ready => leads; isr and
-    offline are subsets of replicas; leader_epoch is the owning group's term (it only
-    rises), -1 where this node knows nothing of the group."""
+    offline are subsets of replicas; leader_epoch is the term of the owning group's
+    leader, while leaderless the last one's (RaftGroup.leader_epoch: clients validate
+    their positions when it rises, toward the new leader), -1 where this node knows
+    nothing of the group; it only rises."""
 
     group: int
     """The Raft group that owns the partition."""

@@ -104,8 +104,13 @@ async def _isolated_leader_proposing(tmp_path, options: NodeOptions):
 def test_isolated_leader_steps_down_and_its_replaced_proposal_fails(tmp_path):
     async def main():
         c, old, pending = await _isolated_leader_proposing(tmp_path, PATIENT)
+        led = old.core.term
         await wait_until(lambda: not old.is_leader(), what="CheckQuorum step-down")
         new = await c.leader(exclude=old.id)
+        # Cut off, the old leader knows no leader: its epoch stays the term it led in,
+        # whatever its own term is now; the new leader's is its term.
+        assert old.leader_id == 0 and old.leader_epoch() == led
+        assert new.leader_epoch() == new.core.term > led
         r = await new.apply(b"after")
         # The outcome is not known while the old leader is cut off: it keeps waiting.
         assert not pending.done()

@@ -182,6 +182,26 @@ def test_an_unreachable_controller_is_retried_at_the_next_one(monkeypatch):
     assert never is None and 0.6 <= waited < 3
 
 
+def test_a_dead_controller_then_an_election_then_the_next_one(monkeypatch):
+    """The controller refuses connections, then this node knows none (the election that
+    follows), then the next is known: the relay waits through the leaderless moment too
+    and reaches it (CI: NOT_CONTROLLER when the retry found no controller known)."""
+    monkeypatch.setattr(relay_module, "ELECTION_WAIT_S", 3.0)
+    monkeypatch.setattr(relay_module, "UNREACHABLE_RETRY_S", 0.1)
+    dead = _closed_port()
+
+    async def run(port, seen):
+        loop = asyncio.get_running_loop()
+        lead = Controller(False, (3, "127.0.0.1", dead))
+        loop.call_later(0.05, setattr, lead, "endpoint", None)
+        loop.call_later(0.6, setattr, lead, "endpoint", (1, "127.0.0.1", port))
+        out = await relay_to_controller(_ctx(lead), _call(), timeout=timedelta(seconds=5))
+        return out, seen
+
+    out, seen = asyncio.run(_with_controller(run))
+    assert out == ANSWER and seen == [FRAME]
+
+
 def test_a_request_that_may_have_been_delivered_is_not_sent_again(monkeypatch):
     """The controller read the frame and closed without an answer: it may have applied
     it, so the relay does not send it again (even with time left) and answers here."""

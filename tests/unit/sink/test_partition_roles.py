@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from raftlog.runtime import RaftGroup
 from sink.kafka.handlers.services import PartitionRole
 from sink.kafka.protocol.errors import ErrorCode
 from sink.readapi.server import ReadApiService
@@ -250,6 +251,8 @@ def test_describe_producers_and_delete_records_only_on_the_partition_s_leader():
 
 
 class _OneGroupNode(SimpleNamespace):
+    leader_epoch = RaftGroup.leader_epoch
+
     def is_leader(self) -> bool:
         return self.leading
 
@@ -281,6 +284,8 @@ def test_sink_service_answers_group_0_for_every_partition(
         leading=leading,
         leader_id=1,
         last_leader_id=1,
+        last_leader_term=7,
+        core=SimpleNamespace(term=7),
         term=7,
         applied=9,
         commit_index=9,
@@ -305,6 +310,31 @@ def test_sink_service_answers_group_0_for_every_partition(
             caught_up=True,
         )
     }
+
+
+def test_a_leaderless_node_names_the_last_leader_s_epoch_not_its_new_term():
+    """Term 8 begun (this node voted) and no leader known yet: the epoch stays 7, the
+    last leader's, so that the leader of term 8 raises it and clients validate their
+    positions toward that leader (KIP-320; CI: librdkafka saw the epoch rise while
+    the partition had no leader, could validate nowhere, and never did)."""
+    node = _OneGroupNode(
+        leading=False,
+        leader_id=0,
+        last_leader_id=1,
+        last_leader_term=7,
+        core=SimpleNamespace(term=8),
+        term=8,
+        applied=9,
+        commit_index=9,
+    )
+    fsm = SimpleNamespace(leader_term=7, on_leader_change=[])
+    brokers = {i: ("h", 9090 + i) for i in range(1, 4)}
+    svc = SinkService(node, fsm, node_id=2, brokers=brokers, cluster_id="c")  # type: ignore[arg-type]
+    role = svc.role("a", 0)
+    assert (role.leader, role.hint, role.leader_epoch) == (-1, 1, 7)
+    node.leader_id, node.last_leader_id, node.last_leader_term = 3, 3, 8
+    role = svc.role("a", 0)
+    assert (role.leader, role.hint, role.leader_epoch) == (3, 3, 8)
 
 
 # ------------------------------------------------------------ read API Partitions
