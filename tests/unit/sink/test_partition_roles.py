@@ -266,6 +266,19 @@ class _OneGroupNode(SimpleNamespace):
         return (1, 3)  # node 2 declared down by this node's host
 
 
+def _one_group_node(term: int, **state) -> _OneGroupNode:
+    """Node 1 leads group 0 in `term`, everything applied; state overrides."""
+    fields = dict(leading=False, leader_id=1, last_leader_id=1, last_leader_term=term)
+    fields.update(term=term, core=SimpleNamespace(term=term), applied=9, commit_index=9)
+    return _OneGroupNode(**{**fields, **state})
+
+
+def _one_group_service(node: _OneGroupNode, me: int, fsm_term: int, brokers: int) -> SinkService:
+    fsm = SimpleNamespace(leader_term=fsm_term, on_leader_change=[])
+    addresses = {i: ("h", 9090 + i) for i in range(1, brokers + 1)}
+    return SinkService(node, fsm, node_id=me, brokers=addresses, cluster_id="c")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("me", "leading", "fsm_term", "leads", "ready", "hosted", "stalled"),
     [
@@ -280,20 +293,8 @@ class _OneGroupNode(SimpleNamespace):
 def test_sink_service_answers_group_0_for_every_partition(
     me, leading, fsm_term, leads, ready, hosted, stalled
 ):
-    node = _OneGroupNode(
-        leading=leading,
-        leader_id=1,
-        last_leader_id=1,
-        last_leader_term=7,
-        core=SimpleNamespace(term=7),
-        term=7,
-        applied=9,
-        commit_index=9,
-        stalled=stalled,
-    )
-    fsm = SimpleNamespace(leader_term=fsm_term, on_leader_change=[])
-    brokers = {i: ("h", 9090 + i) for i in range(1, 6)}
-    svc = SinkService(node, fsm, node_id=me, brokers=brokers, cluster_id="c")  # type: ignore[arg-type]
+    node = _one_group_node(term=7, leading=leading, stalled=stalled)
+    svc = _one_group_service(node, me, fsm_term, brokers=5)
     roles = {svc.role(t, p) for t in ("a", "b") for p in range(3)}
     assert roles == {
         PartitionRole(
@@ -317,19 +318,8 @@ def test_a_leaderless_node_names_the_last_leader_s_epoch_not_its_new_term():
     last leader's, so that the leader of term 8 raises it and clients validate their
     positions toward that leader (KIP-320; CI: librdkafka saw the epoch rise while
     the partition had no leader, could validate nowhere, and never did)."""
-    node = _OneGroupNode(
-        leading=False,
-        leader_id=0,
-        last_leader_id=1,
-        last_leader_term=7,
-        core=SimpleNamespace(term=8),
-        term=8,
-        applied=9,
-        commit_index=9,
-    )
-    fsm = SimpleNamespace(leader_term=7, on_leader_change=[])
-    brokers = {i: ("h", 9090 + i) for i in range(1, 4)}
-    svc = SinkService(node, fsm, node_id=2, brokers=brokers, cluster_id="c")  # type: ignore[arg-type]
+    node = _one_group_node(term=8, leader_id=0, last_leader_term=7)
+    svc = _one_group_service(node, 2, 7, brokers=3)
     role = svc.role("a", 0)
     assert (role.leader, role.hint, role.leader_epoch) == (-1, 1, 7)
     node.leader_id, node.last_leader_id, node.last_leader_term = 3, 3, 8
