@@ -285,6 +285,11 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
     async def _handle_ready(self, rd: Ready) -> None:
         if rd.soft_state is not None:
             self._on_soft_state(rd.soft_state)
+        if self.leader_id:
+            # The known leader's term, read before this Ready's first await (core.term
+            # is the Ready's own then); also a term that changed under the same leader
+            # (its re-election seen first in its next append: no soft state).
+            self.last_leader_term = self.core.term
         if rd.early_messages:
             self.host.send(rd.early_messages)
         last: asyncio.Future | None = None
@@ -388,7 +393,6 @@ class RaftGroup(GroupInbound, GroupApply, GroupClientMixin, GroupReadSurface):
         self.leader_id, self.role = ss.lead, ss.role
         if ss.lead:
             self.last_leader_id = ss.lead
-            self.last_leader_term = self.core.term
         if was_leader and ss.role is not Role.LEADER:
             self._on_step_down()
             self._leader_started_term = 0
