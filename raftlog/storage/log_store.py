@@ -63,6 +63,10 @@ from raftlog.storage.segments import (
 
 log = logging.getLogger("raftlog.storage")
 
+_DROP_STEP = 1 << 20
+"""The page-cache drop after a sync waits until this many cold bytes gathered: one
+fadvise call per MiB, not one per small append."""
+
 
 @dataclass(slots=True)
 class StoreStats:
@@ -479,6 +483,8 @@ class LogStore(RecoveryMixin, TruncateMixin, MetaMixin):
             del new_locs[: len(placed)]
             configs.clear()
             self._checkpoint(seal=old)
+            if self.options.page_cache_drop:
+                old.drop_cached(old.end)
             with self._lock:  # readers pread through the descriptor seal() closes
                 old.seal()
         seg = Segment.create(self._seg_dir, first_index)
@@ -500,6 +506,11 @@ class LogStore(RecoveryMixin, TruncateMixin, MetaMixin):
         except BaseException as exc:
             self._failed = self._failed or exc
             raise
+        keep = self.options.page_cache_keep_bytes
+        if self.options.page_cache_drop:
+            for seg in self._unsynced:
+                if seg.end - keep - seg.uncached_below >= _DROP_STEP:
+                    seg.drop_cached(seg.end - keep)
         self._unsynced.clear()
         self._sync_base = self._written + 1
 

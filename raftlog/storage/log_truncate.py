@@ -93,7 +93,7 @@ class TruncateMixin:
                     w.set_checkpoint(Checkpoint(from_index - 1, keep_term, prev.first_index, end))
         self._cut_files(intent)
         if self._active is not None:
-            self._active.end = loc.position
+            self._active.cut_at(loc.position)
             self._active.last_index, self._active.last_term = from_index - 1, keep_term
             self._active.open_for_append()
         with self._index.writer(durable=True) as w:

@@ -39,6 +39,21 @@ class StorageOptions:
     write_cache_max_ms: int = 100
     """With write_caching: sync at the latest this long after the first unsynced write."""
 
+    page_cache_drop: bool = True
+    """Keep the log's written data out of the page cache once it is synced: after
+    each fsync round the store advises the kernel (posix_fadvise DONTNEED) to drop
+    a segment's synced bytes older than its newest page_cache_keep_bytes, and a
+    sealed segment's all. Writes then reuse the pages just freed instead of
+    growing the cache into memory nobody touched yet (on a VM whose host backs
+    guest memory lazily that first touch cost 2 us per KiB written, 8x the
+    write itself: docs/storage.md, "The page cache"), and a node's cache stays
+    the size of its hot tails (Redpanda bypasses the page cache altogether).
+    Reads of dropped data go to the disk. False: the kernel keeps what it likes."""
+
+    page_cache_keep_bytes: int = 16 * MiB
+    """With page_cache_drop: the newest bytes of each group's active segment kept in
+    the page cache for readers near the tail (consumers, followers catching up)."""
+
     queue_max_batch_entries: int = 8192
     """The disk queue writes at most this many entries per write+fsync."""
 
@@ -95,6 +110,15 @@ class StorageOptions:
         if not isinstance(self.reserve_bytes, int) or self.reserve_bytes < 0:
             raise ValueError(
                 f"StorageOptions.reserve_bytes must be >= 0, got {self.reserve_bytes!r}"
+            )
+        if (
+            not isinstance(self.page_cache_keep_bytes, int)
+            or isinstance(self.page_cache_keep_bytes, bool)
+            or self.page_cache_keep_bytes < 0
+        ):
+            raise ValueError(
+                "StorageOptions.page_cache_keep_bytes must be an integer >= 0, got "
+                f"{self.page_cache_keep_bytes!r}"
             )
         if not 0 <= self.reserve_percent < 50:
             raise ValueError(

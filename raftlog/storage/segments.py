@@ -165,6 +165,9 @@ def _decode_into(
     return index, off, used
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
 class Segment:
     """One segment file. Not thread-safe by itself: LogStore serialises writers.
 
@@ -180,6 +183,10 @@ class Segment:
         self.end = FILE_HEADER_SIZE
         self._read_fd: int | None = None
         self._write_fd: int | None = None
+        self.uncached_below = 0
+        """Bytes from the file's start that this process has advised the kernel to
+        drop from the page cache (drop_cached); only synced bytes are ever advised.
+        A truncation of the active segment lowers it to the cut (cut_at)."""
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -256,6 +263,25 @@ class Segment:
     def sync(self) -> None:
         assert self._write_fd is not None
         os.fdatasync(self._write_fd)
+
+    def drop_cached(self, upto: int) -> None:
+        """Advise the kernel to drop this file's cached pages below `upto` (whole
+        pages). Only for bytes already synced: the kernel keeps dirty pages anyway,
+        and a clean page it drops is read back from the disk if anyone asks."""
+        whole = upto >= self.end  # the last, partial page too (a sealed file)
+        upto = self.end if whole else upto - upto % _PAGE
+        fd = self._write_fd
+        if fd is None or upto <= self.uncached_below:
+            return
+        length = 0 if whole else upto - self.uncached_below  # 0: to the end of the file
+        os.posix_fadvise(fd, self.uncached_below, length, os.POSIX_FADV_DONTNEED)
+        self.uncached_below = upto
+
+    def cut_at(self, position: int) -> None:
+        """The file was truncated at position (log_truncate.py): what is written
+        past it again is new, and dropped from the page cache anew."""
+        self.end = position
+        self.uncached_below = min(self.uncached_below, position - position % _PAGE)
 
     def truncate(self, position: int) -> None:
         """Cut the file at `position` and make the cut durable."""
