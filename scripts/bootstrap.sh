@@ -34,9 +34,11 @@ if [ ! -x "$VENV/bin/python" ]; then
     fi
 fi
 
-# Inputs of the install: the dependency list and the compiled module (setup.py builds
-# connectors/spark/_v2records.c in place; an edit to it needs a rebuild).
-want="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/connectors/spark/_v2records.c" |
+# Inputs of the install: the dependency list and the compiled modules (setup.py builds
+# connectors/spark/_v2records.c and sink/kafka/protocol/_record_walk.c in place; an edit to
+# either needs a rebuild).
+want="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/connectors/spark/_v2records.c" \
+    "$ROOT/sink/kafka/protocol/_record_walk.c" |
     sha256sum | cut -d' ' -f1)"
 # pip's chatter is kept out of the way: this machine's pip.conf names local indexes that may
 # not exist (one "Location ... is ignored" warning per package) and setuptools prints an

@@ -27,6 +27,14 @@ from sink.kafka.protocol.codecs import CodecError, decompress
 from sink.kafka.protocol.errors import ErrorCode
 from sink.kafka.protocol.records import HEADER_SIZE, BatchError, BatchHeader
 
+try:  # built at install (setup.py); where no C compiler was, the Python walk serves alone
+    from sink.kafka.protocol._record_walk import walk as _native_walk
+except ImportError:
+    _native_walk = None
+
+NATIVE_AVAILABLE = _native_walk is not None
+"""Whether the compiled walk (_record_walk.c) is installed."""
+
 MAX_INFLATED_BATCH = 64 << 20
 """A compressed batch inflates to at most this (bytes), as every decompression here."""
 
@@ -52,6 +60,8 @@ def check_batch_records(records: bytes | memoryview, header: BatchHeader) -> Non
                 ErrorCode.corrupt_message, f"batch does not decompress: {exc}"
             ) from None
         start, end = 0, len(body)
+    if _native_walk is not None and _native_walk(body, start, end, header.record_count) == end:
+        return  # the compiled walk agrees with _walk on success; _walk names every error
     try:
         last = _walk(body, start, end, header.record_count)
     except IndexError:
