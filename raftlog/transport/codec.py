@@ -201,9 +201,10 @@ def _dec_entries(p: pb.RaftMessage, limits: DecodeLimits) -> list[LogEntry]:
         etype = _ENTRY_TYPES.get(e.type)
         if etype is None:
             raise InvalidMessageError(f"entry {e.index} has unknown type {e.type}")
-        if len(e.data) > limits.max_entry_bytes:
-            raise InvalidMessageError(f"entry {e.index} has {len(e.data)} bytes, over the limit")
-        out.append(LogEntry(e.index, e.term, etype, e.data))
+        data = e.data  # each read of a bytes field copies it out of the message: read once
+        if len(data) > limits.max_entry_bytes:
+            raise InvalidMessageError(f"entry {e.index} has {len(data)} bytes, over the limit")
+        out.append(LogEntry(e.index, e.term, etype, data))
         expect += 1
         prev_term = e.term
     return out

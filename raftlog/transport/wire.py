@@ -40,6 +40,10 @@ _ENTRY_FIXED = struct.Struct("<BQBQBB")  # key 1 fixed64, key 2 fixed64, key 3 v
 _ENTRY_KEYS = (0x09, 0x11, 0x18)
 
 
+EncodedRun = tuple[list[bytes], int]
+"""A run of `Entry` fields: its parts, to be joined into a message, and their total size."""
+
+
 class EntryEncoder:
     """Encodes runs of entries as consecutive `Entry` fields (field 8 of RaftMessage).
 
@@ -50,13 +54,17 @@ class EntryEncoder:
     two groups routinely have runs with equal indexes and terms: without it a
     follower would append another group's entries and diverge silently.
     Within a run each entry header is one struct.pack.
+
+    A run is kept as its parts (headers and the entries' own payload objects) with
+    their total size, not joined: the message batch that carries it is joined once
+    anyway, so a payload is copied once per follower, not once more here.
     """
 
     def __init__(self, capacity: int = 256) -> None:
-        self._cache: OrderedDict[tuple[int, int, int, int], bytes] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int, int, int], EncodedRun] = OrderedDict()
         self._capacity = capacity
 
-    def run(self, entries: list[LogEntry], group_id: int = 0) -> bytes:
+    def run(self, entries: list[LogEntry], group_id: int = 0) -> EncodedRun:
         first, last = entries[0], entries[-1]
         key = (group_id, first.index, last.index, last.term)
         hit = self._cache.get(key)
@@ -83,7 +91,7 @@ class EntryEncoder:
                 append(k8)
                 append(varint(len(head)))
                 append(head)
-        out = b"".join(parts)
+        out = (parts, sum(map(len, parts)))
         cache = self._cache
         cache[key] = out
         if len(cache) > self._capacity:
@@ -121,9 +129,9 @@ def _message_parts(m: Message, entries: EntryEncoder, out: list[bytes]) -> None:
         _u(p, 6, m.prev_index)
         _u(p, 7, m.prev_term)
         if m.entries:
-            block = entries.run(m.entries, m.group_id)
-            tail.append(block)
-            size += len(block)
+            block, nbytes = entries.run(m.entries, m.group_id)
+            tail.extend(block)
+            size += nbytes
         _u(tail, 9, m.commit)
         if m.commit:
             size += len(tail[-1]) + len(tail[-2])
