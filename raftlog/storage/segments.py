@@ -34,6 +34,7 @@ Invariants a segment keeps:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from typing import NamedTuple
@@ -274,7 +275,10 @@ class Segment:
         if fd is None or upto <= self.uncached_below:
             return
         length = 0 if whole else upto - self.uncached_below  # 0: to the end of the file
-        os.posix_fadvise(fd, self.uncached_below, length, os.POSIX_FADV_DONTNEED)
+        # Advice only, called right after a sync: a filesystem that refuses it must not
+        # fail the sync's round (the data is durable either way), so an error is dropped.
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(fd, self.uncached_below, length, os.POSIX_FADV_DONTNEED)
         self.uncached_below = upto
 
     def cut_at(self, position: int) -> None:

@@ -108,3 +108,21 @@ def test_bytes_written_again_after_a_cut_are_dropped_again(tmp_path):
 def test_a_bad_window_is_refused_at_start_up(bad):
     with pytest.raises(ValueError, match="page_cache_keep_bytes"):
         StorageOptions(page_cache_keep_bytes=bad)
+
+
+def test_a_filesystem_that_refuses_the_advice_fails_nothing(tmp_path, monkeypatch):
+    """posix_fadvise is advice, given right after a sync: its error must not fail the
+    append whose data is already durable."""
+
+    def refuse(*_args):
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "posix_fadvise", refuse)
+    store = open_store(tmp_path, segment_bytes=1 * MiB, page_cache_keep_bytes=0)
+    try:
+        written = entries(1, 400, size=8192)  # several segments: drops at syncs and seals
+        for i in range(0, len(written), 16):
+            store.append(written[i : i + 16])
+        assert store.read(1, 10**6, 1 << 40) == written
+    finally:
+        store.close()
